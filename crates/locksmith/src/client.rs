@@ -1,0 +1,288 @@
+//! [`Client`]: the connection to Redis that every primitive is made from.
+//!
+//! One `Client` owns one multiplexed command connection (shared by all clones
+//! and all primitives made from it), a client UUID that names its lock owners
+//! the way Redisson does, and the defaults primitives start from.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// Options for a [`Client`], set through [`ClientBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// Bounds how long dialling Redis may take, so a dead address fails fast
+    /// instead of hanging the caller.
+    pub(crate) connect_timeout: Duration,
+    /// Bounds every command; without it a black-holed connection would block
+    /// lock calls forever.
+    pub(crate) command_timeout: Duration,
+    /// Lease used by watchdog-managed locks; renewed every third of it.
+    pub(crate) lease: Duration,
+    /// Upper bound on primitive names, so a runaway caller cannot create
+    /// huge keys.
+    pub(crate) max_name_len: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            connect_timeout: ClientBuilder::DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: ClientBuilder::DEFAULT_COMMAND_TIMEOUT,
+            lease: ClientBuilder::DEFAULT_LEASE,
+            max_name_len: ClientBuilder::DEFAULT_MAX_NAME_LEN,
+        }
+    }
+}
+
+/// Builds a [`Client`] with non-default options.
+///
+/// ```no_run
+/// # async fn demo() -> locksmith::Result<()> {
+/// use std::time::Duration;
+/// let client = locksmith::Client::builder("redis://127.0.0.1:6379")
+///     .connect_timeout(Duration::from_secs(2))
+///     .command_timeout(Duration::from_secs(1))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    /// The Redis URL as the caller gave it; parsed in `build` so a bad URL
+    /// surfaces as an error, not a panic.
+    url: String,
+    /// Options collected so far.
+    config: Config,
+}
+
+impl ClientBuilder {
+    /// Default bound on establishing a connection: 5 seconds.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Default bound on each command: 3 seconds.
+    pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+    /// Default watchdog lease: 30 seconds, as in Redisson.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// Default cap on primitive names: 64 KiB.
+    pub const DEFAULT_MAX_NAME_LEN: usize = 64 * 1024;
+
+    /// Starts a builder for the Redis server at `url` (`redis://host:port/db`).
+    pub fn new(url: impl Into<String>) -> Self {
+        ClientBuilder {
+            url: url.into(),
+            config: Config::default(),
+        }
+    }
+
+    /// How long a connection attempt may take before failing with
+    /// [`Error::Connect`] or [`Error::Timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// How long any single command may wait for its reply before failing
+    /// with [`Error::Timeout`].
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// The lease of watchdog-managed locks (default 30 s). The watchdog
+    /// renews it every third of its length while the lock is held.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// The longest accepted primitive name in bytes (default 64 KiB).
+    pub fn max_name_len(mut self, len: usize) -> Self {
+        self.config.max_name_len = len;
+        self
+    }
+
+    /// Validates the options and connects.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a malformed URL or a zero timeout or
+    /// lease; [`Error::Connect`] or [`Error::Timeout`] when the server cannot
+    /// be reached in time (the message names the address).
+    pub async fn build(self) -> Result<Client> {
+        let config = self.config;
+        if config.connect_timeout.is_zero() || config.command_timeout.is_zero() {
+            return Err(Error::invalid("timeouts must be greater than zero"));
+        }
+        crate::validate::lease(config.lease)?;
+        if config.max_name_len == 0 {
+            return Err(Error::invalid("max_name_len must be greater than zero"));
+        }
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::invalid(format!("bad Redis URL {:?}: {e}", self.url)))?;
+        let addr = info.addr().to_string();
+        let redis = redis::Client::open(info)
+            .map_err(|e| Error::invalid(format!("bad Redis URL {:?}: {e}", self.url)))?;
+
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.command_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        // The manager retries internally; bound the whole first attempt so
+        // an unreachable address fails within about one connect timeout.
+        let connecting = ConnectionManager::new_with_config(redis.clone(), manager_config);
+        let conn = match tokio::time::timeout(config.connect_timeout * 2, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(source)) => return Err(Error::Connect { addr, source }),
+            Err(_) => {
+                return Err(Error::Connect {
+                    source: redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {:?}", config.connect_timeout * 2),
+                    )),
+                    addr,
+                })
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                id: Uuid::new_v4(),
+                addr,
+                redis,
+                conn,
+                config,
+            }),
+        })
+    }
+}
+
+/// A handle to one Redis deployment; cheap to clone, all clones share the
+/// same connection and identity.
+///
+/// ```no_run
+/// # async fn demo() -> locksmith::Result<()> {
+/// let client = locksmith::Client::open("redis://127.0.0.1:6379").await?;
+/// println!("connected to {} as {}", client.addr(), client.id());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    /// Shared state; clones of a `Client` are one client to Redis.
+    inner: Arc<Inner>,
+}
+
+/// The state all clones of a [`Client`] share.
+struct Inner {
+    /// Names this client's lock owners (`<uuid>:<holder-id>`), like
+    /// Redisson's per-client UUID.
+    id: Uuid,
+    /// `host:port` of the server, for error messages and diagnostics.
+    addr: String,
+    /// Kept to open dedicated connections (pub/sub) with the same settings.
+    redis: redis::Client,
+    /// The shared multiplexed connection; reconnects on its own after a
+    /// failure.
+    conn: ConnectionManager,
+    /// Defaults and limits.
+    config: Config,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field("addr", &self.inner.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the Redis server at `url` with default options.
+    ///
+    /// # Errors
+    /// See [`ClientBuilder::build`].
+    pub async fn open(url: &str) -> Result<Client> {
+        ClientBuilder::new(url).build().await
+    }
+
+    /// Starts a [`ClientBuilder`] for `url`.
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::new(url)
+    }
+
+    /// This client's UUID, the first half of every lock owner id it uses.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The `host:port` this client talks to.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// A clone of the shared multiplexed connection, for commands of the
+    /// caller's own (it reconnects by itself after failures).
+    pub fn connection(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    /// Sends `PING` and returns the round-trip time.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] or a connection error when the server does not
+    /// answer.
+    pub async fn ping(&self) -> Result<Duration> {
+        let started = std::time::Instant::now();
+        let mut conn = self.connection();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e, None))?;
+        Ok(started.elapsed())
+    }
+
+    /// The options this client was built with.
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The underlying redis-rs client, to open dedicated connections.
+    #[allow(dead_code)]
+    pub(crate) fn redis_client(&self) -> &redis::Client {
+        &self.inner.redis
+    }
+
+    /// Runs a prepared script invocation (EVALSHA, loading the script on
+    /// NOSCRIPT) and converts errors, naming `key` in a wrong-type error.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        key: &str,
+    ) -> Result<T> {
+        let mut conn = self.connection();
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e, Some(key)))
+    }
+
+    /// Turns a redis-rs error into a locksmith error: timeouts carry the
+    /// configured bound, wrong-type replies name the key.
+    pub(crate) fn map_err(&self, err: redis::RedisError, key: Option<&str>) -> Error {
+        if err.is_timeout() {
+            return Error::Timeout(self.inner.config.command_timeout);
+        }
+        match key {
+            Some(key) => Error::from_redis_for_key(err, key),
+            None => Error::Redis(err),
+        }
+    }
+}

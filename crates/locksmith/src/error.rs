@@ -1,0 +1,130 @@
+//! The one error type of the library.
+//!
+//! Callers branch on meaning ([`Error::kind`], [`Error::is_timeout`], ...),
+//! not on the variants of the underlying Redis client.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in locksmith.
+///
+/// The enum is `#[non_exhaustive]`: new failure modes may be added in minor
+/// releases, so match on [`Error::kind`] or use the `is_*` helpers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A caller-supplied value was rejected before anything was sent to Redis
+    /// (empty or oversized name, zero lease, ...). Nothing was changed.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The client could not connect to the Redis server at `addr`.
+    #[error("cannot connect to Redis at {addr}: {source}")]
+    Connect {
+        /// The address that was dialled, as `host:port`.
+        addr: String,
+        /// What the Redis client reported.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// A command (or the connection attempt) did not answer within the
+    /// configured timeout. The command may or may not have run on the server.
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+
+    /// A key exists but holds a value of another type than the primitive
+    /// expects (for example a string where the lock hash should be).
+    #[error("key {key:?} holds a value of the wrong type for this primitive")]
+    WrongType {
+        /// The Redis key that has the unexpected type.
+        key: String,
+    },
+
+    /// The lock was not held by this owner when releasing: it expired, was
+    /// force-unlocked, or was never acquired by this owner.
+    #[error("lock {name:?} is not held by this owner (lease lost or never acquired)")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// Any other error reported by Redis or by the connection to it.
+    #[error("Redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// The broad category of an [`Error`], for callers that branch on meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input from the caller; retrying the same call cannot succeed.
+    InvalidArgument,
+    /// The server could not be reached or the connection broke.
+    Connection,
+    /// No answer in time; the outcome on the server is unknown.
+    Timeout,
+    /// A key holds a value of another type.
+    WrongType,
+    /// The caller does not hold the lock it tried to release.
+    NotHeld,
+    /// Any other error answered by Redis.
+    Server,
+}
+
+/// Shorthand for `Result<T, locksmith::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Connect { .. } => ErrorKind::Connection,
+            Error::Timeout(_) => ErrorKind::Timeout,
+            Error::WrongType { .. } => ErrorKind::WrongType,
+            Error::NotHeld { .. } => ErrorKind::NotHeld,
+            Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
+            Error::Redis(e)
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_unrecoverable_error() =>
+            {
+                ErrorKind::Connection
+            }
+            Error::Redis(_) => ErrorKind::Server,
+        }
+    }
+
+    /// True when no answer came in time; the command may have run anyway.
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
+    }
+
+    /// True when the server was unreachable or the connection dropped.
+    pub fn is_connection_error(&self) -> bool {
+        self.kind() == ErrorKind::Connection
+    }
+
+    /// True when the caller passed a value that can never be accepted.
+    pub fn is_invalid_argument(&self) -> bool {
+        self.kind() == ErrorKind::InvalidArgument
+    }
+
+    /// Builds an [`Error::InvalidArgument`] from anything printable.
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    /// Converts a Redis error raised while touching `key`, turning
+    /// `WRONGTYPE` replies into [`Error::WrongType`] naming the key.
+    pub(crate) fn from_redis_for_key(err: redis::RedisError, key: &str) -> Self {
+        if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
+            Error::WrongType {
+                key: key.to_owned(),
+            }
+        } else {
+            Error::Redis(err)
+        }
+    }
+}
