@@ -13,6 +13,8 @@ use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::notify::NotifyHub;
+use crate::renewal::Renewer;
 
 /// Options for a [`Client`], set through [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -156,7 +158,8 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),
                 addr,
-                redis,
+                hub: NotifyHub::new(redis, config.connect_timeout.max(config.command_timeout)),
+                renewer: Renewer::new(conn.clone()),
                 conn,
                 config,
             }),
@@ -186,8 +189,10 @@ struct Inner {
     id: Uuid,
     /// `host:port` of the server, for error messages and diagnostics.
     addr: String,
-    /// Kept to open dedicated connections (pub/sub) with the same settings.
-    redis: redis::Client,
+    /// The dedicated pub/sub connection and its waiters.
+    hub: NotifyHub,
+    /// The watchdog renewing this client's leases.
+    renewer: Renewer,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure.
     conn: ConnectionManager,
@@ -254,10 +259,26 @@ impl Client {
         &self.inner.config
     }
 
-    /// The underlying redis-rs client, to open dedicated connections.
-    #[allow(dead_code)]
-    pub(crate) fn redis_client(&self) -> &redis::Client {
-        &self.inner.redis
+    /// The notify hub (pub/sub waiters) of this client.
+    pub(crate) fn hub(&self) -> &NotifyHub {
+        &self.inner.hub
+    }
+
+    /// The watchdog of this client.
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.inner.renewer
+    }
+
+    /// Number of pub/sub channels this client is subscribed to (or
+    /// subscribing), for diagnostics and tests.
+    pub fn subscription_count(&self) -> usize {
+        self.inner.hub.channel_count()
+    }
+
+    /// Number of leases this client's watchdog is tracking, for diagnostics
+    /// and tests.
+    pub fn tracked_lease_count(&self) -> usize {
+        self.inner.renewer.len()
     }
 
     /// Runs a prepared script invocation (EVALSHA, loading the script on

@@ -8,12 +8,27 @@
 //! - [`Client`] / [`ClientBuilder`] (`client.rs`): the connection, identity
 //!   and defaults every primitive is made from.
 //! - [`Error`] / [`ErrorKind`] (`error.rs`): the one error type.
+//! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
+//!   [`SimpleLock`], the `SET NX PX` lock.
+//! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
+//! - `notify.rs`: one pub/sub connection per client, waiter queues.
+//! - `renewal.rs`: the watchdog, one batched renewal task per client.
+//! - `keys.rs`: Redisson-compatible key and channel names.
+//! - `scripts/`: the Lua scripts, KEYS/ARGV contract at the top of each.
 //! - `validate.rs`: the checks every call runs on its input.
 #![warn(missing_docs)]
 
 mod client;
 mod error;
+mod keys;
+mod lease;
+mod lock;
+mod notify;
+mod renewal;
+mod scripts;
 mod validate;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, ErrorKind, Result};
+pub use lease::LostSignal;
+pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};

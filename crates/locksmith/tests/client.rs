@@ -29,7 +29,11 @@ async fn unreachable_address_fails_fast_and_names_it() {
         .build()
         .await
         .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
     assert_eq!(err.kind(), ErrorKind::Connection);
     assert!(
         err.to_string().contains(&format!("127.0.0.1:{port}")),

@@ -1,0 +1,153 @@
+//! [`LockGuard`]: proof of a held lock, released on drop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lease::{LeaseState, LostSignal};
+use crate::lock::simple::SimpleLock;
+use crate::lock::Lock;
+use crate::renewal::Registration;
+
+/// A held lock. Release it with [`LockGuard::release`] to learn whether the
+/// lock was still held; dropping the guard releases it in the background
+/// (best effort, needs a Tokio runtime).
+///
+/// A guard carries the grant's fencing token: pass it to the resource you
+/// protect and have it reject tokens smaller than the largest it has seen.
+/// That is what keeps a holder that lost its lease (paused, partitioned)
+/// from doing damage. See docs/safety.md.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    /// What to release; `None` once released.
+    holder: Option<Holder>,
+    /// Fencing token of this grant.
+    token: u64,
+    /// Local lease view, shared with the watchdog.
+    lease: Arc<LeaseState>,
+}
+
+/// The lock a guard holds.
+#[derive(Debug)]
+enum Holder {
+    /// One hold count of a reentrant lock owner.
+    Reentrant(Lock),
+    /// A simple lock held under a random token; the registration keeps the
+    /// watchdog (or expiry timer) running for it.
+    Simple {
+        lock: SimpleLock,
+        token: String,
+        _registration: Registration,
+    },
+}
+
+impl LockGuard {
+    pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
+        LockGuard {
+            holder: Some(Holder::Reentrant(lock)),
+            token,
+            lease,
+        }
+    }
+
+    pub(crate) fn simple(
+        lock: SimpleLock,
+        token: String,
+        fencing: u64,
+        registration: Registration,
+    ) -> Self {
+        LockGuard {
+            lease: registration.state().clone(),
+            holder: Some(Holder::Simple {
+                lock,
+                token,
+                _registration: registration,
+            }),
+            token: fencing,
+        }
+    }
+
+    /// The fencing token of this grant: strictly larger than that of every
+    /// earlier grant of the same lock from free. Reentrant holds of one
+    /// owner share their first grant's token.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        match &self.holder {
+            Some(Holder::Reentrant(lock)) => lock.name(),
+            Some(Holder::Simple { lock, .. }) => lock.name(),
+            None => "",
+        }
+    }
+
+    /// The lease left as known locally (monotonic clock, conservative:
+    /// measured from when the granting or renewing command was sent). Zero
+    /// once the lease is lost.
+    pub fn remaining_lease(&self) -> Duration {
+        self.lease.remaining()
+    }
+
+    /// True once the lease is known or assumed lost.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// A signal that fires when the lease is lost: a renewal found the lock
+    /// gone, or the lease ran out locally before a renewal was confirmed.
+    pub fn lost(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// Releases this hold. The release runs to completion even if the
+    /// returned future is dropped.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock had already been lost (expired or
+    /// force-unlocked): whatever it protected may have been touched by
+    /// another holder since. Connection errors and timeouts when Redis
+    /// cannot be reached (the lease then runs out on its own).
+    pub async fn release(mut self) -> Result<()> {
+        let Some(holder) = self.holder.take() else {
+            return Ok(());
+        };
+        match tokio::spawn(holder.release()).await {
+            Ok(result) => result,
+            Err(e) => Err(Error::Redis(redis::RedisError::from(
+                std::io::Error::other(format!("release task failed: {e}")),
+            ))),
+        }
+    }
+}
+
+impl Holder {
+    async fn release(self) -> Result<()> {
+        match self {
+            Holder::Reentrant(lock) => lock.release_one().await,
+            Holder::Simple { lock, token, .. } => lock.release_token(&token).await,
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(holder) = self.holder.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = holder.release().await {
+                        tracing::warn!(error = %e, "release of a dropped lock guard failed");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                "lock guard dropped outside a Tokio runtime; the lock stays until its lease runs out"
+            ),
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! The reentrant distributed lock, laid out like Redisson's `RLock`.
+//!
+//! A [`Lock`] is a handle: a lock name plus an *owner*. The owner is this
+//! client's UUID plus a holder id (`<uuid>:<holder-id>`, the shape of
+//! Redisson's `<uuid>:<thread-id>`). Every call to [`Client::lock`] makes a
+//! new owner; clones of a handle share it. Async tasks have no stable
+//! thread identity, so ownership follows the handle, not the task: two
+//! tasks that must exclude each other each call `client.lock(name)`; code
+//! that re-enters the lock passes the same handle (or a clone) down.
+
+mod guard;
+mod simple;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::renewal::{Hold, Ownership, Registration};
+use crate::{keys, scripts, validate};
+
+pub use guard::LockGuard;
+pub use simple::SimpleLock;
+
+/// Attempts per script call when the reply is lost (timeout or dropped
+/// connection). Resending is safe because the scripts are idempotent.
+const ATTEMPTS: usize = 3;
+
+/// Source of holder ids, unique within this process.
+static NEXT_HOLDER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A reentrant distributed lock handle. See the [module docs](self) for
+/// what "owner" means.
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let lock = client.lock("inventory:42")?;
+/// let guard = lock.lock().await?;            // waits; lease renewed by the watchdog
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lock {
+    /// Owner identity and hold state; shared by clones.
+    shared: Arc<Shared>,
+    /// A fixed lease for acquisitions through this handle, or `None` for a
+    /// watchdog-renewed lease of the client's default length.
+    lease: Option<Duration>,
+}
+
+/// What clones of a [`Lock`] share.
+#[derive(Debug)]
+struct Shared {
+    /// The client the lock lives in.
+    client: Client,
+    /// The lock name: also the key of the lock hash.
+    name: String,
+    /// Fencing counter key.
+    token_key: String,
+    /// Release channel.
+    channel: String,
+    /// This owner's field in the lock hash.
+    owner: String,
+    /// Serializes acquire and release of this owner, so the hold count sent
+    /// with each script call matches the server's.
+    state: Arc<Mutex<HoldState>>,
+}
+
+/// This owner's hold, as last confirmed by the server.
+#[derive(Debug, Default)]
+struct HoldState {
+    /// Current hold count of this owner.
+    count: u32,
+    /// Fencing token of the current hold episode.
+    token: u64,
+    /// Watchdog registration of the current episode (also for fixed leases,
+    /// where it only runs the expiry timer).
+    registration: Option<Registration>,
+}
+
+/// Outcome of one acquire attempt.
+enum Attempt {
+    Granted(LockGuard),
+    Busy(Duration),
+}
+
+/// A snapshot of a lock's state on the server, from [`Lock::info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Owner fields (`<uuid>:<holder-id>`) and their hold counts.
+    pub holders: Vec<(String, u64)>,
+    /// Time to live of the lock key, if it is held and has one.
+    pub remaining_lease: Option<Duration>,
+    /// Current value of the fencing counter (0 if never granted).
+    pub fencing_counter: u64,
+}
+
+impl LockInfo {
+    /// True when anyone holds the lock.
+    pub fn is_locked(&self) -> bool {
+        !self.holders.is_empty()
+    }
+}
+
+impl Client {
+    /// A handle on the reentrant lock `name`, with a new owner.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit.
+    pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
+        let name = name.into();
+        validate::name(&name, self.config().max_name_len)?;
+        let holder = NEXT_HOLDER_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(Lock {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                token_key: keys::lock_token(&name),
+                channel: keys::lock_channel(&name),
+                owner: format!("{}:{holder}", self.id().hyphenated()),
+                name,
+                state: Arc::new(Mutex::new(HoldState::default())),
+            }),
+            lease: None,
+        })
+    }
+}
+
+impl Lock {
+    /// The same owner with a fixed lease: acquisitions through the returned
+    /// handle expire after `lease` unless released, and the watchdog does
+    /// not renew them (as in Redisson when a lease time is given).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or beyond what
+    /// Redis accepts.
+    pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
+        validate::lease(lease)?;
+        Ok(Lock {
+            shared: self.shared.clone(),
+            lease: Some(lease),
+        })
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Waits as long as it takes and acquires the lock.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts talking to Redis (after retries);
+    /// [`Error::WrongType`] when the key holds something else;
+    /// [`Error::NotHeld`] when this owner re-enters a hold that was lost.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        loop {
+            // Without a deadline `acquire` only returns with the lock.
+            if let Some(guard) = self.acquire(None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries once; `None` when someone else holds the lock.
+    ///
+    /// # Errors
+    /// As for [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO)).await
+    }
+
+    /// Waits at most `wait`; `None` when the lock could not be acquired in
+    /// time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
+    /// for [`Lock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock right now.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn is_locked(&self) -> Result<bool> {
+        let mut conn = self.shared.client.connection();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(&self.shared.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(n == 1)
+    }
+
+    /// This owner's hold count according to the server (0 when it does
+    /// not hold the lock).
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    pub async fn hold_count(&self) -> Result<u64> {
+        let mut conn = self.shared.client.connection();
+        let n: Option<u64> = redis::cmd("HGET")
+            .arg(&self.shared.name)
+            .arg(&self.shared.owner)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// The lock key's remaining time to live on the server; `None` when it
+    /// is not held (or has no expiry).
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let mut conn = self.shared.client.connection();
+        let ms: i64 = redis::cmd("PTTL")
+            .arg(&self.shared.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+    }
+
+    /// Holders, remaining lease and fencing counter, read atomically.
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    pub async fn info(&self) -> Result<LockInfo> {
+        let mut conn = self.shared.client.connection();
+        let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = redis::pipe()
+            .atomic()
+            .cmd("HGETALL")
+            .arg(&self.shared.name)
+            .cmd("PTTL")
+            .arg(&self.shared.name)
+            .cmd("GET")
+            .arg(&self.shared.token_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(LockInfo {
+            holders,
+            remaining_lease: u64::try_from(ttl).ok().map(Duration::from_millis),
+            fencing_counter: counter.unwrap_or(0),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. An admin
+    /// operation: the holder is not told except through its lost signal at
+    /// the next renewal. Returns whether a lock was deleted.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+        invocation
+            .key(&self.shared.name)
+            .key(&self.shared.channel)
+            .arg(keys::UNLOCK_MESSAGE);
+        let deleted: i64 = self
+            .shared
+            .client
+            .invoke(&invocation, &self.shared.name)
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    fn map_err(&self, err: redis::RedisError) -> Error {
+        self.shared.client.map_err(err, Some(&self.shared.name))
+    }
+
+    /// The lease to request: fixed, or the client's watchdog lease.
+    fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| self.shared.client.config().lease)
+    }
+
+    /// The acquire loop: try; if busy, join the channel's waiters, try again
+    /// (closing the race with a release that happened before the
+    /// subscription), then sleep until woken or until the holder's lease or
+    /// our wait runs out, and try again.
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        if let Attempt::Granted(guard) = self.attempt().await? {
+            return Ok(Some(guard));
+        }
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(None);
+        }
+        metrics::counter!("locksmith_lock_waits_total").increment(1);
+        let waiter = self
+            .shared
+            .client
+            .hub()
+            .register(&self.shared.channel)
+            .await;
+        loop {
+            let pttl = match self.attempt().await? {
+                Attempt::Granted(guard) => return Ok(Some(guard)),
+                Attempt::Busy(pttl) => pttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            // A lost message costs at most the holder's remaining lease.
+            let mut until = now + pttl;
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            waiter.wait_until(until).await;
+        }
+    }
+
+    /// One acquire script call (resent on a lost reply), serialized with
+    /// this owner's other acquires and releases.
+    async fn attempt(&self) -> Result<Attempt> {
+        let lease = self.lease();
+        let state = self.shared.state.clone().lock_owned().await;
+        let expected = state.count;
+        // Armed before the call: if this future is dropped while the call
+        // is in flight, the grant may have landed; the rollback undoes it.
+        let mut rollback = Rollback {
+            shared: self.shared.clone(),
+            state: Some(state),
+            expected_after: expected + 1,
+            lease,
+        };
+        let mut invocation = scripts::LOCK_ACQUIRE.prepare_invoke();
+        invocation
+            .key(&self.shared.name)
+            .key(&self.shared.token_key)
+            .arg(lease.as_millis() as u64)
+            .arg(&self.shared.owner)
+            .arg(expected);
+        let mut sent_at = Instant::now();
+        let mut attempt = 0;
+        let (status, value, count): (i64, i64, u32) = loop {
+            attempt += 1;
+            match self
+                .shared
+                .client
+                .invoke(&invocation, &self.shared.name)
+                .await
+            {
+                Ok(reply) => break reply,
+                Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                    tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
+                    sent_at = Instant::now();
+                }
+                Err(e) => {
+                    // The outcome is unknown: the rollback releases a grant
+                    // that may have landed.
+                    return Err(e);
+                }
+            }
+        };
+        let Some(mut state) = rollback.state.take() else {
+            return Err(self.not_held());
+        };
+        match status {
+            1 => {
+                state.count = count;
+                if expected == 0 {
+                    state.token = u64::try_from(value).unwrap_or(0);
+                    state.registration = Some(self.shared.client.renewer().register(
+                        Hold {
+                            key: self.shared.name.clone(),
+                            ownership: Ownership::HashField,
+                            owner: self.shared.owner.clone(),
+                            lease,
+                            renew: self.lease.is_none(),
+                        },
+                        sent_at,
+                    ));
+                } else if let Some(reg) = &state.registration {
+                    reg.rearmed(sent_at, lease);
+                }
+                let lease_state = match &state.registration {
+                    Some(reg) => reg.state().clone(),
+                    None => return Err(self.not_held()),
+                };
+                Ok(Attempt::Granted(LockGuard::reentrant(
+                    self.clone(),
+                    state.token,
+                    lease_state,
+                )))
+            }
+            0 => Ok(Attempt::Busy(match u64::try_from(value) {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                // No expiry on the key (set by someone else without a
+                // lease): re-check periodically.
+                _ => Duration::from_millis(100),
+            })),
+            _ => {
+                if let Some(reg) = state.registration.take() {
+                    reg.state().mark_lost();
+                }
+                Err(self.not_held())
+            }
+        }
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.shared.name.clone(),
+        }
+    }
+
+    /// Releases one hold of this owner (used by [`LockGuard`]).
+    async fn release_one(&self) -> Result<()> {
+        let mut state = self.shared.state.lock().await;
+        release_locked(&self.shared, &mut state, self.lease()).await
+    }
+}
+
+/// The release script, resent on a lost reply, with the owner's state
+/// locked. Updates the local state from the answer.
+async fn release_locked(shared: &Shared, state: &mut HoldState, lease: Duration) -> Result<()> {
+    let expected = state.count;
+    if expected == 0 {
+        return Err(Error::NotHeld {
+            name: shared.name.clone(),
+        });
+    }
+    let mut invocation = scripts::LOCK_RELEASE.prepare_invoke();
+    invocation
+        .key(&shared.name)
+        .key(&shared.channel)
+        .arg(lease.as_millis() as u64)
+        .arg(&shared.owner)
+        .arg(expected)
+        .arg(keys::UNLOCK_MESSAGE);
+    let mut attempt = 0;
+    let mut resent = false;
+    let (status, count): (i64, u32) = loop {
+        attempt += 1;
+        let sent_at = Instant::now();
+        match shared
+            .client
+            .invoke::<(i64, u32)>(&invocation, &shared.name)
+            .await
+        {
+            Ok(reply) => {
+                if let (2, Some(reg)) = (reply.0, &state.registration) {
+                    reg.rearmed(sent_at, lease);
+                }
+                break reply;
+            }
+            Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
+                resent = true;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    match status {
+        1 => {
+            state.count = 0;
+            state.registration = None;
+            Ok(())
+        }
+        2 => {
+            state.count = count;
+            Ok(())
+        }
+        // Gone after a resend of the final release: the first send landed.
+        0 if resent && expected == 1 && count == 0 => {
+            state.count = 0;
+            state.registration = None;
+            Ok(())
+        }
+        _ => {
+            state.count = 0;
+            if let Some(reg) = state.registration.take() {
+                reg.state().mark_lost();
+            }
+            Err(Error::NotHeld {
+                name: shared.name.clone(),
+            })
+        }
+    }
+}
+
+/// Undoes an acquire whose reply was never read, when the acquiring
+/// future is dropped mid-call.
+struct Rollback {
+    /// Whose hold to undo.
+    shared: Arc<Shared>,
+    /// The owner's state, locked for the duration of the call; handed to the
+    /// rollback task so no other call of this owner interleaves. Taken out
+    /// (disarming the rollback) once the reply is in hand.
+    state: Option<OwnedMutexGuard<HoldState>>,
+    /// The hold count the server has if the grant landed.
+    expected_after: u32,
+    /// Lease to re-arm if holds remain after undoing.
+    lease: Duration,
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        let Some(mut state) = self.state.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let expected_after = self.expected_after;
+        let lease = self.lease;
+        runtime.spawn(async move {
+            // The release script with the post-grant count undoes a grant
+            // that landed and answers "already done" for one that did not;
+            // either way it leaves the local count at the server's.
+            state.count = expected_after;
+            let result = release_locked(&shared, &mut state, lease).await;
+            tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
+        });
+    }
+}

@@ -1,0 +1,310 @@
+//! [`SimpleLock`]: the non-reentrant `SET NX PX <token>` lock with a
+//! compare-and-delete release, for sharing a lock with clients that use
+//! that pattern (Redis's documentation, redis-py's `Lock`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lock::LockGuard;
+use crate::renewal::{Hold, Ownership};
+use crate::{keys, scripts, validate};
+
+/// Shortest and longest pause between re-checks while waiting: clients of
+/// this pattern do not announce releases, so waiters poll (with backoff),
+/// and are woken early by releases from locksmith clients.
+const POLL_MIN: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(500);
+
+/// A non-reentrant lock stored as a string key holding the holder's random
+/// token. Each acquisition uses a fresh token, so acquiring twice through
+/// the same handle waits for the first hold like any other contender.
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let lock = client.simple_lock("nightly-report")?;
+/// if let Some(guard) = lock.try_lock().await? {
+///     // ... shared with a Python service using redis-py's Lock ...
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SimpleLock {
+    /// Names and client.
+    shared: Arc<Shared>,
+    /// Fixed lease, or `None` for a watchdog-renewed default lease.
+    lease: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The client the lock lives in.
+    client: Client,
+    /// Lock key (and name).
+    name: String,
+    /// Fencing counter key.
+    token_key: String,
+    /// Channel locksmith releases publish on.
+    channel: String,
+}
+
+impl Client {
+    /// A handle on the simple (non-reentrant, `SET NX PX`) lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or too long.
+    pub fn simple_lock(&self, name: impl Into<String>) -> Result<SimpleLock> {
+        let name = name.into();
+        validate::name(&name, self.config().max_name_len)?;
+        Ok(SimpleLock {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                token_key: keys::lock_token(&name),
+                channel: keys::lock_channel(&name),
+                name,
+            }),
+            lease: None,
+        })
+    }
+}
+
+impl SimpleLock {
+    /// This handle with a fixed lease (no watchdog renewal).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or too long.
+    pub fn with_lease(&self, lease: Duration) -> Result<SimpleLock> {
+        validate::lease(lease)?;
+        Ok(SimpleLock {
+            shared: self.shared.clone(),
+            lease: Some(lease),
+        })
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Waits as long as it takes and acquires the lock.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts; [`Error::WrongType`].
+    pub async fn lock(&self) -> Result<LockGuard> {
+        loop {
+            if let Some(guard) = self.acquire(None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries once; `None` when the lock is held.
+    ///
+    /// # Errors
+    /// As for [`SimpleLock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO)).await
+    }
+
+    /// Waits at most `wait`.
+    ///
+    /// # Errors
+    /// As for [`SimpleLock::lock`], and [`Error::InvalidArgument`] for a
+    /// wait that overflows the clock.
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn is_locked(&self) -> Result<bool> {
+        let mut conn = self.shared.client.connection();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(&self.shared.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.shared.client.map_err(e, Some(&self.shared.name)))?;
+        Ok(n == 1)
+    }
+
+    /// Deletes the lock whoever holds it; returns whether it existed.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+        invocation
+            .key(&self.shared.name)
+            .key(&self.shared.channel)
+            .arg(keys::UNLOCK_MESSAGE);
+        let deleted: i64 = self
+            .shared
+            .client
+            .invoke(&invocation, &self.shared.name)
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| self.shared.client.config().lease)
+    }
+
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut waiter = None;
+        let mut poll = POLL_MIN;
+        loop {
+            let pttl = match self.attempt(&token).await? {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(pttl) => pttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            if waiter.is_none() {
+                waiter = Some(
+                    self.shared
+                        .client
+                        .hub()
+                        .register(&self.shared.channel)
+                        .await,
+                );
+                continue;
+            }
+            let mut until = now + pttl.min(poll);
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            if let Some(w) = &waiter {
+                w.wait_until(until).await;
+            }
+            poll = (poll * 2).min(POLL_MAX);
+        }
+    }
+
+    /// One acquire call with `token`; `Err(pttl)` when busy. Resent on a
+    /// lost reply (the script recognizes its own token); if the future is
+    /// dropped mid-call, a background compare-and-delete undoes a grant
+    /// that may have landed.
+    async fn attempt(&self, token: &str) -> Result<std::result::Result<LockGuard, Duration>> {
+        let lease = self.lease();
+        let mut rollback = Rollback {
+            lock: Some(self.clone()),
+            token: token.to_owned(),
+        };
+        let mut invocation = scripts::SIMPLE_ACQUIRE.prepare_invoke();
+        invocation
+            .key(&self.shared.name)
+            .key(&self.shared.token_key)
+            .arg(token)
+            .arg(lease.as_millis() as u64);
+        let mut sent_at;
+        let mut attempt = 0;
+        let (status, value): (i64, i64) = loop {
+            attempt += 1;
+            sent_at = Instant::now();
+            match self
+                .shared
+                .client
+                .invoke(&invocation, &self.shared.name)
+                .await
+            {
+                Ok(reply) => break reply,
+                Err(e)
+                    if attempt < super::ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        rollback.lock = None;
+        if status != 1 {
+            return Ok(Err(match u64::try_from(value) {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => POLL_MIN,
+            }));
+        }
+        let registration = self.shared.client.renewer().register(
+            Hold {
+                key: self.shared.name.clone(),
+                ownership: Ownership::StringToken,
+                owner: token.to_owned(),
+                lease,
+                renew: self.lease.is_none(),
+            },
+            sent_at,
+        );
+        Ok(Ok(LockGuard::simple(
+            self.clone(),
+            token.to_owned(),
+            u64::try_from(value).unwrap_or(0),
+            registration,
+        )))
+    }
+
+    /// Compare-and-delete with `token` (used by [`LockGuard`]).
+    pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
+        let mut invocation = scripts::SIMPLE_RELEASE.prepare_invoke();
+        invocation
+            .key(&self.shared.name)
+            .key(&self.shared.channel)
+            .arg(token)
+            .arg(keys::UNLOCK_MESSAGE);
+        let mut attempt = 0;
+        let mut resent = false;
+        loop {
+            attempt += 1;
+            match self
+                .shared
+                .client
+                .invoke::<i64>(&invocation, &self.shared.name)
+                .await
+            {
+                Ok(1) => return Ok(()),
+                // After a resend, "not ours" means the first send landed.
+                Ok(_) if resent => return Ok(()),
+                Ok(_) => {
+                    return Err(Error::NotHeld {
+                        name: self.shared.name.clone(),
+                    })
+                }
+                Err(e)
+                    if attempt < super::ATTEMPTS && (e.is_timeout() || e.is_connection_error()) =>
+                {
+                    resent = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Undoes a grant whose reply was never read.
+struct Rollback {
+    /// `Some` while armed.
+    lock: Option<SimpleLock>,
+    /// The attempt's token.
+    token: String,
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        let Some(lock) = self.lock.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let token = std::mem::take(&mut self.token);
+            runtime.spawn(async move {
+                let _ = lock.release_token(&token).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The notify hub: one dedicated pub/sub connection per
+//! [`Client`](crate::Client), shared by every waiter of that client.
+//!
+//! Waiters register per channel (reference-counted: the first subscribes,
+//! the last unsubscribes). Per channel they form a FIFO queue. A release
+//! message wakes only the first waiter that is not already awake, so a
+//! release causes one retry per client, not a thundering herd; a waiter
+//! that fails its retry simply stays at its place in the queue. A waiter
+//! that is cancelled while holding an unconsumed wake-up passes it on.
+//!
+//! Pub/sub is at-most-once: after a reconnect every waiter is woken (a
+//! message may have been missed), and callers always bound their sleep by
+//! the lock's remaining lease so a lost message costs a bounded delay.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+/// A waiter's mailbox.
+#[derive(Debug, Default)]
+struct Slot {
+    /// A wake-up was delivered and not yet consumed; used to pass it on if
+    /// the waiter goes away, and to skip awake waiters when picking whom to
+    /// wake.
+    woken: AtomicBool,
+    /// Delivers the wake-up; stores a permit if the waiter is busy retrying.
+    notify: Notify,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+}
+
+/// One subscribed channel.
+#[derive(Debug)]
+struct Channel {
+    /// Waiters in arrival order.
+    queue: VecDeque<Arc<Slot>>,
+    /// Turns true once Redis confirmed the subscription; waiters wait for it
+    /// before their re-check, which closes the busy-then-subscribe race.
+    ready: watch::Sender<bool>,
+}
+
+/// Requests to the connection task.
+#[derive(Debug)]
+enum Command {
+    /// Subscribe to a channel that just got its first waiter.
+    Subscribe(String),
+    /// Unsubscribe a channel whose last waiter left (skipped if it got a
+    /// new waiter meanwhile).
+    Unsubscribe(String),
+}
+
+/// State shared by the hub handle, its task and its waiters.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Channels with at least one waiter.
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the first waiter of `channel` that is not already awake.
+    fn wake_one(&self, channel: &str) {
+        let channels = self.lock();
+        if let Some(ch) = channels.get(channel) {
+            if let Some(slot) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
+                slot.wake();
+            }
+        }
+    }
+
+    /// Wakes every waiter of every channel (after a reconnect).
+    fn wake_all(&self) {
+        for ch in self.lock().values() {
+            ch.queue.iter().for_each(|s| s.wake());
+        }
+    }
+}
+
+/// The per-Client hub. Cheap to hold; its task starts on first use.
+#[derive(Debug)]
+pub(crate) struct NotifyHub {
+    /// Waiter registry, shared with the task and the waiters.
+    shared: Arc<Shared>,
+    /// Opens the dedicated pub/sub connection (and re-opens it).
+    redis: redis::Client,
+    /// Bounds connecting and subscribing.
+    timeout: Duration,
+    /// Command queue to the task; created with the task.
+    commands: std::sync::OnceLock<mpsc::UnboundedSender<Command>>,
+}
+
+impl NotifyHub {
+    /// A hub that will connect with `redis`, bounding each step by
+    /// `timeout`.
+    pub(crate) fn new(redis: redis::Client, timeout: Duration) -> Self {
+        NotifyHub {
+            shared: Arc::new(Shared::default()),
+            redis,
+            timeout,
+            commands: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn commands(&self) -> &mpsc::UnboundedSender<Command> {
+        self.commands.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(
+                self.redis.clone(),
+                Arc::downgrade(&self.shared),
+                rx,
+                self.timeout,
+            ));
+            tx
+        })
+    }
+
+    /// Number of channels currently subscribed or being subscribed.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.shared.lock().len()
+    }
+
+    /// Joins the queue of `channel`, subscribing if this is its first
+    /// waiter, and waits (at most the hub's timeout) until the subscription
+    /// is confirmed. Re-check the resource after this returns.
+    pub(crate) async fn register(&self, channel: &str) -> Waiter {
+        let slot = Arc::new(Slot::default());
+        let (mut ready, first) = {
+            let mut channels = self.shared.lock();
+            match channels.get_mut(channel) {
+                Some(ch) => {
+                    ch.queue.push_back(slot.clone());
+                    (ch.ready.subscribe(), false)
+                }
+                None => {
+                    let (tx, rx) = watch::channel(false);
+                    channels.insert(
+                        channel.to_owned(),
+                        Channel {
+                            queue: VecDeque::from([slot.clone()]),
+                            ready: tx,
+                        },
+                    );
+                    (rx, true)
+                }
+            }
+        };
+        let waiter = Waiter {
+            shared: self.shared.clone(),
+            commands: self.commands().clone(),
+            channel: channel.to_owned(),
+            slot,
+        };
+        if first {
+            let _ = waiter.commands.send(Command::Subscribe(channel.to_owned()));
+        }
+        // If the subscription cannot be confirmed in time, carry on: the
+        // caller's bounded sleep still guarantees progress.
+        let _ = tokio::time::timeout(self.timeout, ready.wait_for(|r| *r)).await;
+        waiter
+    }
+}
+
+/// A registration in a channel's queue. Dropping it leaves the queue (and
+/// unsubscribes when it was the last waiter).
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    /// Registry to leave on drop.
+    shared: Arc<Shared>,
+    /// To request the unsubscribe.
+    commands: mpsc::UnboundedSender<Command>,
+    /// The channel waited on.
+    channel: String,
+    /// This waiter's mailbox.
+    slot: Arc<Slot>,
+}
+
+impl Waiter {
+    /// Sleeps until a message wakes this waiter or `until` passes. Returns
+    /// true when woken by a message.
+    pub(crate) async fn wait_until(&self, until: Instant) -> bool {
+        let woken = tokio::time::timeout_at(until, self.slot.notify.notified())
+            .await
+            .is_ok();
+        if woken {
+            self.slot.woken.store(false, Ordering::SeqCst);
+        }
+        woken
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut channels = self.shared.lock();
+        let Some(ch) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        ch.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
+        if ch.queue.is_empty() {
+            channels.remove(&self.channel);
+            let _ = self
+                .commands
+                .send(Command::Unsubscribe(self.channel.clone()));
+        } else if self.slot.woken.load(Ordering::SeqCst) {
+            // We were woken but never acted on it: hand the wake-up on.
+            if let Some(next) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
+                next.wake();
+            }
+        }
+    }
+}
+
+/// The connection task: (re)connects, keeps subscriptions in line with the
+/// registry, and dispatches messages. Ends when the hub is dropped.
+async fn run(
+    redis: redis::Client,
+    shared: Weak<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    timeout: Duration,
+) {
+    let mut backoff = Duration::from_millis(50);
+    let mut reconnecting = false;
+    loop {
+        let pubsub = match tokio::time::timeout(timeout, redis.get_async_pubsub()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                if shared.upgrade().is_none() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let wanted: Vec<String> = strong.lock().keys().cloned().collect();
+        drop(strong);
+        if !wanted.is_empty()
+            && !matches!(
+                tokio::time::timeout(timeout, sink.subscribe(&wanted)).await,
+                Ok(Ok(()))
+            )
+        {
+            tokio::time::sleep(backoff).await;
+            continue;
+        }
+        backoff = Duration::from_millis(50);
+        if let Some(strong) = shared.upgrade() {
+            for ch in strong.lock().values() {
+                ch.ready.send_replace(true);
+            }
+            if reconnecting {
+                tracing::debug!("pub/sub reconnected; waking all waiters");
+                strong.wake_all();
+            }
+        }
+        reconnecting = true;
+        loop {
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { return };
+                    let ok = match command {
+                        Command::Subscribe(channel) => {
+                            let ok = matches!(
+                                tokio::time::timeout(timeout, sink.subscribe(&channel)).await,
+                                Ok(Ok(()))
+                            );
+                            if ok {
+                                if let Some(strong) = shared.upgrade() {
+                                    if let Some(ch) = strong.lock().get(&channel) {
+                                        ch.ready.send_replace(true);
+                                    }
+                                }
+                            }
+                            ok
+                        }
+                        Command::Unsubscribe(channel) => {
+                            let still_wanted = shared
+                                .upgrade()
+                                .is_some_and(|s| s.lock().contains_key(&channel));
+                            still_wanted
+                                || matches!(
+                                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
+                                    Ok(Ok(()))
+                                )
+                        }
+                    };
+                    if !ok {
+                        break;
+                    }
+                }
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let Some(strong) = shared.upgrade() else { return };
+                    strong.wake_one(message.get_channel_name());
+                }
+            }
+        }
+        tracing::debug!("pub/sub connection lost; reconnecting");
+        if let Some(strong) = shared.upgrade() {
+            for ch in strong.lock().values() {
+                ch.ready.send_replace(false);
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The watchdog: one task per [`Client`](crate::Client) that keeps every
+//! held lease alive in batched script calls, and the timer that declares a
+//! lease lost when it runs out locally.
+//!
+//! Each registered hold has a local deadline (see [`LeaseState`]). Renewed
+//! holds are refreshed every third of their lease; all holds due around the
+//! same time go to Redis in one `renew.lua` call (many keys per call). A
+//! hold the server reports gone is marked lost at once; a hold whose
+//! renewal cannot be confirmed is marked lost when its deadline passes, so
+//! the signal fires even if Redis never answers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::lease::LeaseState;
+use crate::scripts;
+
+/// Most keys sent in one renewal call, so a huge batch does not block the
+/// server for long.
+const MAX_BATCH: usize = 512;
+
+/// How a lock's ownership is recorded, which decides how it is renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// A field of the lock hash (reentrant lock).
+    HashField,
+    /// The value of a string key (simple SET NX lock).
+    StringToken,
+}
+
+impl Ownership {
+    fn code(self) -> &'static str {
+        match self {
+            Ownership::HashField => "h",
+            Ownership::StringToken => "s",
+        }
+    }
+}
+
+/// What the watchdog needs to know about one hold.
+pub(crate) struct Hold {
+    /// The lock key to extend.
+    pub(crate) key: String,
+    /// How ownership is recorded in `key`.
+    pub(crate) ownership: Ownership,
+    /// The owner field or token the server must still show.
+    pub(crate) owner: String,
+    /// The lease to extend to on each renewal.
+    pub(crate) lease: Duration,
+    /// False for fixed leases: only the expiry timer runs.
+    pub(crate) renew: bool,
+}
+
+/// One registered hold inside the watchdog.
+struct Entry {
+    /// The hold itself.
+    hold: Hold,
+    /// Shared with the guard: deadline and lost signal.
+    state: Arc<LeaseState>,
+    /// When the next renewal should be sent.
+    next_renewal: Instant,
+    /// A renewal for this entry is on the wire; don't send another.
+    in_flight: bool,
+    /// The last renewal failed: `next_renewal` is a retry time and must be
+    /// honoured exactly, not pulled forward into a batch.
+    retrying: bool,
+}
+
+/// State shared by the [`Renewer`] handle and its task.
+struct Shared {
+    /// Registered holds by id.
+    entries: Mutex<HashMap<u64, Entry>>,
+    /// Source of entry ids.
+    next_id: std::sync::atomic::AtomicU64,
+    /// Wakes the task when an entry is added, a call completes, or the
+    /// `Renewer` is dropped. Its own `Arc` so the sleeping task does not
+    /// keep `Shared` alive.
+    wake: Arc<Notify>,
+    /// Whether the task has been spawned (it starts on first use, inside
+    /// the caller's runtime).
+    started: std::sync::Once,
+}
+
+/// Handle to a Client's watchdog. Dropping the last handle stops the task.
+pub(crate) struct Renewer {
+    /// Shared with the task through a weak reference.
+    shared: Arc<Shared>,
+    /// Connection the renewal calls go over.
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for Renewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewer")
+            .field("holds", &self.len())
+            .finish()
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        // Let the task notice that it is no longer needed.
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Keeps a hold registered with the watchdog; dropping it unregisters.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    /// The entry id.
+    id: u64,
+    /// Weak so a leftover registration never keeps the watchdog alive.
+    shared: Weak<Shared>,
+    /// The hold's lease state, shared with its guards.
+    state: Arc<LeaseState>,
+}
+
+impl Registration {
+    /// The lease state of this hold.
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
+    /// Changes the lease the watchdog extends to (a reentrant re-acquire
+    /// with another lease) and records that the server just armed it.
+    pub(crate) fn rearmed(&self, sent_at: Instant, lease: Duration) {
+        self.state.renewed(sent_at, lease);
+        if let Some(shared) = self.shared.upgrade() {
+            if let Some(entry) = shared.lock_entries().get_mut(&self.id) {
+                entry.hold.lease = lease;
+            }
+            shared.wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.lock_entries().remove(&self.id);
+        }
+    }
+}
+
+impl Shared {
+    fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Renewer {
+    /// A watchdog sending its calls over `conn`; its task starts on first
+    /// registration.
+    pub(crate) fn new(conn: ConnectionManager) -> Self {
+        Renewer {
+            shared: Arc::new(Shared {
+                entries: Mutex::new(HashMap::new()),
+                next_id: std::sync::atomic::AtomicU64::new(1),
+                wake: Arc::new(Notify::new()),
+                started: std::sync::Once::new(),
+            }),
+            conn,
+        }
+    }
+
+    /// Number of registered holds (renewed or timer-only).
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock_entries().len()
+    }
+
+    /// Registers a hold granted by a command sent at `sent_at`.
+    pub(crate) fn register(&self, hold: Hold, sent_at: Instant) -> Registration {
+        let state = Arc::new(LeaseState::new(sent_at, hold.lease));
+        let id = self
+            .shared
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Entry {
+            next_renewal: sent_at + hold.lease / 3,
+            hold,
+            state: state.clone(),
+            in_flight: false,
+            retrying: false,
+        };
+        self.shared.lock_entries().insert(id, entry);
+        self.shared.started.call_once(|| {
+            tokio::spawn(run(Arc::downgrade(&self.shared), self.conn.clone()));
+        });
+        self.shared.wake.notify_one();
+        Registration {
+            id,
+            shared: Arc::downgrade(&self.shared),
+            state,
+        }
+    }
+}
+
+/// The watchdog task: expire, batch due renewals, sleep until the next
+/// event. Ends when the Client (and with it the `Renewer`) is gone.
+async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut batch: Vec<(u64, String, Ownership, String, Duration)> = Vec::new();
+        let mut wake_at = now + Duration::from_secs(60);
+        {
+            let mut entries = strong.lock_entries();
+            entries.retain(|_, entry| {
+                if entry.state.is_lost() {
+                    return false;
+                }
+                if entry.state.deadline() <= now {
+                    tracing::warn!(key = %entry.hold.key, "lease ran out before renewal was confirmed; marking lock lost");
+                    entry.state.mark_lost();
+                    return false;
+                }
+                true
+            });
+            for (id, entry) in entries.iter_mut() {
+                wake_at = wake_at.min(entry.state.deadline());
+                if !entry.hold.renew || entry.in_flight {
+                    continue;
+                }
+                // Renew everything due within half a renewal period now, so
+                // holds taken at nearby moments share one call.
+                let slack = if entry.retrying {
+                    Duration::ZERO
+                } else {
+                    entry.hold.lease / 6
+                };
+                if entry.next_renewal <= now + slack {
+                    entry.in_flight = true;
+                    batch.push((
+                        *id,
+                        entry.hold.key.clone(),
+                        entry.hold.ownership,
+                        entry.hold.owner.clone(),
+                        entry.hold.lease,
+                    ));
+                } else {
+                    wake_at = wake_at.min(entry.next_renewal);
+                }
+            }
+        }
+        for chunk in batch.chunks(MAX_BATCH) {
+            tokio::spawn(renew_batch(
+                Arc::downgrade(&strong),
+                conn.clone(),
+                chunk.to_vec(),
+            ));
+        }
+        let wake = strong.wake.clone();
+        drop(strong);
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}
+
+/// Sends one renewal call and applies its answers.
+async fn renew_batch(
+    shared: Weak<Shared>,
+    mut conn: ConnectionManager,
+    batch: Vec<(u64, String, Ownership, String, Duration)>,
+) {
+    let mut invocation = scripts::RENEW.prepare_invoke();
+    for (_, key, ownership, owner, lease) in &batch {
+        invocation
+            .key(key)
+            .arg(ownership.code())
+            .arg(owner)
+            .arg(lease.as_millis() as u64);
+    }
+    let sent_at = Instant::now();
+    let reply: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    {
+        let mut entries = shared.lock_entries();
+        match reply {
+            Ok(results) => {
+                metrics::counter!("locksmith_renewal_calls_total").increment(1);
+                for ((id, key, _, _, lease), renewed) in batch.iter().zip(results) {
+                    let Some(entry) = entries.get_mut(id) else {
+                        continue;
+                    };
+                    entry.in_flight = false;
+                    entry.retrying = false;
+                    if renewed == 1 {
+                        entry.state.renewed(sent_at, *lease);
+                        entry.next_renewal = sent_at + *lease / 3;
+                    } else {
+                        tracing::warn!(%key, "lock no longer held at renewal; marking it lost");
+                        entry.state.mark_lost();
+                        entries.remove(id);
+                    }
+                }
+            }
+            Err(err) => {
+                metrics::counter!("locksmith_renewal_failures_total").increment(1);
+                tracing::warn!(error = %err, holds = batch.len(), "lease renewal failed; retrying");
+                let now = Instant::now();
+                for (id, _, _, _, lease) in &batch {
+                    if let Some(entry) = entries.get_mut(id) {
+                        entry.in_flight = false;
+                        entry.retrying = true;
+                        // Retry soon, well before the deadline.
+                        entry.next_renewal = now
+                            + (*lease / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+                    }
+                }
+            }
+        }
+    }
+    shared.wake.notify_one();
+}

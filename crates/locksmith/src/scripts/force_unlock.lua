@@ -1,0 +1,10 @@
+-- Delete a lock regardless of its owner and wake its waiters.
+-- KEYS[1]  lock key
+-- KEYS[2]  release channel
+-- ARGV[1]  the unlock message (0)
+-- Returns 1 if a lock was deleted, 0 if there was none.
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call('publish', KEYS[2], ARGV[1])
+    return 1
+end
+return 0

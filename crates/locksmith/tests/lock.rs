@@ -1,0 +1,210 @@
+//! The reentrant lock against a real server: exclusion, reentrancy,
+//! leases, the watchdog, fencing, bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, eventually, keys, setup};
+use locksmith::{Error, ErrorKind};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_across_two_clients() {
+    let (server, a) = setup(Duration::from_secs(10)).await;
+    let b = client(&server, Duration::from_secs(10)).await;
+    const TASKS: usize = 64;
+    const ROUNDS: usize = 5;
+    let max_token = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for c in [a.clone(), b.clone()] {
+        for _ in 0..TASKS {
+            let c = c.clone();
+            let max_token = max_token.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut conn = c.connection();
+                for _ in 0..ROUNDS {
+                    let guard = c.lock("counter-lock").unwrap().lock().await.unwrap();
+                    // Tokens only grow from grant to grant.
+                    let prev = max_token
+                        .fetch_max(guard.fencing_token(), std::sync::atomic::Ordering::SeqCst);
+                    assert!(guard.fencing_token() > prev, "fencing token went backwards");
+                    let v: Option<u64> = redis::cmd("GET")
+                        .arg("counter")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let mut conn = a.connection();
+    let total: u64 = redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(total, (2 * TASKS * ROUNDS) as u64);
+    assert_eq!(max_token.load(std::sync::atomic::Ordering::SeqCst), total);
+    assert!(!a.lock("counter-lock").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn reentrancy_counts_holds_per_owner() {
+    let (_server, client) = setup(Duration::from_secs(10)).await;
+    let lock = client.lock("reentrant").unwrap();
+    let first = lock.lock().await.unwrap();
+    let first_token = first.fencing_token();
+    let second = lock.clone().lock().await.unwrap();
+    assert_eq!(first.fencing_token(), second.fencing_token());
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    let other = client.lock("reentrant").unwrap();
+    assert!(
+        other.try_lock().await.unwrap().is_none(),
+        "another owner is excluded"
+    );
+    assert_eq!(other.hold_count().await.unwrap(), 0);
+    second.release().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    first.release().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let g = other
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the last release");
+    assert!(g.fencing_token() > first_token);
+    g.release().await.unwrap();
+    assert_eq!(client.tracked_lease_count(), 0);
+}
+
+#[tokio::test]
+async fn fixed_lease_expires_and_release_reports_it() {
+    let (_server, client) = setup(Duration::from_secs(10)).await;
+    let lock = client
+        .lock("fixed")
+        .unwrap()
+        .with_lease(Duration::from_millis(300))
+        .unwrap();
+    let guard = lock.lock().await.unwrap();
+    let lost = guard.lost();
+    assert!(guard.remaining_lease() <= Duration::from_millis(300));
+    tokio::time::timeout(Duration::from_secs(5), lost.wait())
+        .await
+        .expect("lost signal fires");
+    assert!(guard.is_lost());
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await
+    );
+    let err = guard.release().await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    assert_eq!(err.kind(), ErrorKind::NotHeld);
+}
+
+#[tokio::test]
+async fn watchdog_keeps_the_lock_past_several_leases_and_stops_after_release() {
+    let lease = Duration::from_millis(600);
+    let (_server, client) = setup(lease).await;
+    let lock = client.lock("watched").unwrap();
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(lease * 4).await;
+    assert!(!guard.is_lost());
+    assert!(lock.is_locked().await.unwrap());
+    let ttl = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(ttl > Duration::ZERO && ttl <= lease);
+    assert_eq!(client.tracked_lease_count(), 1);
+    guard.release().await.unwrap();
+    assert_eq!(client.tracked_lease_count(), 0);
+    tokio::time::sleep(lease).await;
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "no renewal re-creates a released lock"
+    );
+}
+
+#[tokio::test]
+async fn force_unlock_makes_the_holder_lose_and_wakes_waiters() {
+    let lease = Duration::from_millis(600);
+    let (_server, client) = setup(lease).await;
+    let holder = client.lock("forced").unwrap();
+    let guard = holder.lock().await.unwrap();
+    let waiter_lock = client.lock("forced").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.try_lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(holder.force_unlock().await.unwrap());
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let got = got.expect("waiter acquires after force unlock");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost().wait())
+        .await
+        .expect("holder learns it lost the lock");
+    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
+    assert!(got.fencing_token() > 1);
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_clearly() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    assert!(client.lock("").unwrap_err().is_invalid_argument());
+    assert!(client
+        .lock("x".repeat(64 * 1024 + 1))
+        .unwrap_err()
+        .is_invalid_argument());
+    assert!(client.lock("x".repeat(64 * 1024)).is_ok());
+    let lock = client.lock("ok").unwrap();
+    assert!(lock
+        .with_lease(Duration::ZERO)
+        .unwrap_err()
+        .is_invalid_argument());
+    assert!(lock
+        .with_lease(Duration::MAX)
+        .unwrap_err()
+        .is_invalid_argument());
+    assert!(lock
+        .try_lock_for(Duration::MAX)
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
+    assert!(client.simple_lock("").unwrap_err().is_invalid_argument());
+
+    let mut conn = server.connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("a-string")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let err = client
+        .lock("a-string")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType);
+    assert!(err.to_string().contains("a-string"), "{err}");
+    let v: String = redis::cmd("GET").arg("a-string").query(&mut conn).unwrap();
+    assert_eq!(v, "x", "nothing lost");
+    assert_eq!(keys(&server), vec!["a-string".to_string()]);
+}
