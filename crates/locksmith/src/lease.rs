@@ -104,9 +104,11 @@ impl LostSignal {
         self.token.is_cancelled()
     }
 
-    /// Completes when the lease is lost (at once if it already was).
-    pub async fn wait(&self) {
-        self.token.cancelled().await;
+    /// A future that completes when the lease is lost (at once if it
+    /// already was). It owns what it needs, so it can be moved into a task
+    /// or used straight in `tokio::select!`.
+    pub fn wait(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.token.clone().cancelled_owned()
     }
 }
 

@@ -1,0 +1,111 @@
+//! Cancellation: acquire futures dropped at arbitrary points leave no lock
+//! beyond its lease, no subscription and no watchdog entry behind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, keys, setup};
+
+/// xorshift64*: deterministic pseudo-random delays without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquires_leave_nothing_behind() {
+    // A long lease: an orphaned grant would outlive the checks below.
+    let (server, client) = setup(Duration::from_secs(60)).await;
+    let other = common::client(&server, Duration::from_secs(2)).await;
+    let name = "cancel-me";
+
+    // A second client takes and releases the lock in a loop, so cancelled
+    // acquires hit every state: free, busy, waiting, being woken.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contender = {
+        let stop = stop.clone();
+        let lock = other.lock(name).unwrap();
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(Some(g)) = lock.try_lock_for(Duration::from_millis(50)).await {
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    let _ = g.release().await;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut acquired = 0;
+    let started = std::time::Instant::now();
+    for i in 0..3000 {
+        if started.elapsed() > Duration::from_secs(40) {
+            break;
+        }
+        let lock = client.lock(name).unwrap();
+        let budget = Duration::from_micros(rng.next() % 2500);
+        let outcome = if i % 2 == 0 {
+            tokio::time::timeout(budget, lock.lock()).await.ok()
+        } else {
+            tokio::time::timeout(budget, async {
+                lock.try_lock_for(Duration::from_secs(5))
+                    .await
+                    .map(|g| g.expect("5 s is plenty"))
+            })
+            .await
+            .ok()
+        };
+        if let Some(guard) = outcome {
+            acquired += 1;
+            // Reentrant acquire dropped mid-flight, too.
+            let nested =
+                tokio::time::timeout(Duration::from_micros(rng.next() % 500), lock.lock()).await;
+            drop(nested);
+            drop(guard.unwrap());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    contender.await.unwrap();
+    assert!(acquired > 0, "some acquires must have completed");
+
+    // Rollbacks and drop-releases run in the background; give them a moment.
+    let clean = eventually(Duration::from_secs(10), || async {
+        keys(&server) == vec![format!("redisson_lock_token:{{{name}}}")]
+            && client.subscription_count() == 0
+            && client.tracked_lease_count() == 0
+            && other.tracked_lease_count() == 0
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: keys {:?}, subscriptions {}, leases {}",
+        keys(&server),
+        client.subscription_count(),
+        client.tracked_lease_count()
+    );
+    let mut conn = server.connection().unwrap();
+    let numsub: (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("redisson_lock__channel:{{{name}}}"))
+        .query(&mut conn)
+        .unwrap();
+    // Unsubscribe is asynchronous; allow it to land.
+    let unsubscribed = eventually(Duration::from_secs(5), || async {
+        let n: (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("redisson_lock__channel:{{{name}}}"))
+            .query(&mut server.connection().unwrap())
+            .unwrap();
+        n.1 == 0
+    })
+    .await;
+    assert!(unsubscribed, "server still counts subscribers: {numsub:?}");
+}
