@@ -32,3 +32,13 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, ErrorKind, Result};
 pub use lease::LostSignal;
 pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};
+
+/// Guides, from the repository's `docs/` folder.
+pub mod guides {
+    #[doc = include_str!("../../../docs/locks.md")]
+    pub mod locks {}
+    #[doc = include_str!("../../../docs/safety.md")]
+    pub mod safety {}
+    #[doc = include_str!("../../../docs/redisson.md")]
+    pub mod redisson {}
+}
