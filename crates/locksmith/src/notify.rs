@@ -47,6 +47,11 @@ struct Channel {
     /// Turns true once Redis confirmed the subscription; waiters wait for it
     /// before their re-check, which closes the busy-then-subscribe race.
     ready: watch::Sender<bool>,
+    /// Messages received on this channel so far. A caller that saw the same
+    /// value before its last attempt and after joining the queue of a ready
+    /// channel knows no release slipped in between, and can skip the
+    /// re-check.
+    seq: u64,
 }
 
 /// Requests to the connection task.
@@ -73,8 +78,9 @@ impl Shared {
 
     /// Wakes the first waiter of `channel` that is not already awake.
     fn wake_one(&self, channel: &str) {
-        let channels = self.lock();
-        if let Some(ch) = channels.get(channel) {
+        let mut channels = self.lock();
+        if let Some(ch) = channels.get_mut(channel) {
+            ch.seq += 1;
             if let Some(slot) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
                 slot.wake();
             }
@@ -83,7 +89,8 @@ impl Shared {
 
     /// Wakes every waiter of every channel (after a reconnect).
     fn wake_all(&self) {
-        for ch in self.lock().values() {
+        for ch in self.lock().values_mut() {
+            ch.seq += 1;
             ch.queue.iter().for_each(|s| s.wake());
         }
     }
@@ -132,6 +139,16 @@ impl NotifyHub {
         self.shared.lock().len()
     }
 
+    /// The message count of `channel` if it is subscribed and confirmed;
+    /// `None` otherwise. Purely local.
+    pub(crate) fn seq(&self, channel: &str) -> Option<u64> {
+        let channels = self.shared.lock();
+        channels
+            .get(channel)
+            .filter(|ch| *ch.ready.borrow())
+            .map(|ch| ch.seq)
+    }
+
     /// Joins the queue of `channel`, subscribing if this is its first
     /// waiter, and waits (at most the hub's timeout) until the subscription
     /// is confirmed. Re-check the resource after this returns.
@@ -151,6 +168,7 @@ impl NotifyHub {
                         Channel {
                             queue: VecDeque::from([slot.clone()]),
                             ready: tx,
+                            seq: 0,
                         },
                     );
                     (rx, true)
@@ -313,8 +331,9 @@ async fn run(
         }
         tracing::debug!("pub/sub connection lost; reconnecting");
         if let Some(strong) = shared.upgrade() {
-            for ch in strong.lock().values() {
+            for ch in strong.lock().values_mut() {
                 ch.ready.send_replace(false);
+                ch.seq += 1;
             }
         }
     }

@@ -291,29 +291,34 @@ impl Lock {
     }
 
     /// The acquire loop: try; if busy, join the channel's waiters, try again
-    /// (closing the race with a release that happened before the
-    /// subscription), then sleep until woken or until the holder's lease or
+    /// if a release may have slipped in before joining (always when the
+    /// subscription is new), then sleep until woken or until the holder's lease or
     /// our wait runs out, and try again.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
-        if let Attempt::Granted(guard) = self.attempt().await? {
-            return Ok(Some(guard));
-        }
+        let hub = self.shared.client.hub();
+        let seen = hub.seq(&self.shared.channel);
+        let mut pttl = match self.attempt().await? {
+            Attempt::Granted(guard) => return Ok(Some(guard)),
+            Attempt::Busy(pttl) => pttl,
+        };
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        let waiter = self
-            .shared
-            .client
-            .hub()
-            .register(&self.shared.channel)
-            .await;
+        let waiter = hub.register(&self.shared.channel).await;
+        // Re-check unless the channel was already subscribed before the
+        // attempt and no message arrived since: then no release can have
+        // slipped between the attempt and joining the queue.
+        let mut recheck = seen.is_none() || hub.seq(&self.shared.channel) != seen;
         loop {
-            let pttl = match self.attempt().await? {
-                Attempt::Granted(guard) => return Ok(Some(guard)),
-                Attempt::Busy(pttl) => pttl,
-            };
+            if recheck {
+                pttl = match self.attempt().await? {
+                    Attempt::Granted(guard) => return Ok(Some(guard)),
+                    Attempt::Busy(pttl) => pttl,
+                };
+            }
+            recheck = true;
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(None);
