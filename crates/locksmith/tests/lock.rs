@@ -208,3 +208,49 @@ async fn bad_input_is_rejected_clearly() {
     assert_eq!(v, "x", "nothing lost");
     assert_eq!(keys(&server), vec!["a-string".to_string()]);
 }
+
+fn evalsha_calls(server: &locksmith_testkit::RedisServer) -> u64 {
+    let mut conn = server.connection().unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn watchdog_renews_many_leases_in_batched_calls() {
+    let lease = Duration::from_millis(600);
+    let (server, client) = setup(lease).await;
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(
+            client
+                .lock(format!("batch:{i}"))
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        );
+    }
+    let before = evalsha_calls(&server);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let renewals = evalsha_calls(&server) - before;
+    // One call per lock per lease/3 would be about 500 in 2 s.
+    assert!(renewals > 0, "the watchdog renewed");
+    assert!(
+        renewals <= 30,
+        "{renewals} renewal calls for 50 locks over 2 s"
+    );
+    for g in &guards {
+        assert!(!g.is_lost());
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert_eq!(client.tracked_lease_count(), 0);
+}
