@@ -7,7 +7,11 @@ fn starts_restarts_and_keeps_its_address() {
     let mut server = RedisServer::start().expect("start redis-server");
     let addr = server.addr();
     let mut conn = server.connection().unwrap();
-    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut conn).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
 
     server.restart().expect("restart");
     assert_eq!(server.addr(), addr, "restart keeps the address");
