@@ -1,0 +1,379 @@
+//! The database: vouchers and orders, on SQLite (default) or PostgreSQL.
+//!
+//! One code path through sqlx's `Any` driver: every statement here is plain
+//! SQL both engines accept (`$n` placeholders, `ON CONFLICT DO NOTHING`,
+//! `RETURNING`), and only the first migration differs (the id column type).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::error::BoxDynError;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::{AnyPool, Row};
+
+/// Which engine a URL names; decides the migration flavour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// `sqlite://path` (or `sqlite::memory:`).
+    Sqlite,
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+}
+
+impl Engine {
+    /// The engine a database URL names.
+    ///
+    /// # Errors
+    /// For any other scheme.
+    pub fn of_url(url: &str) -> Result<Engine, sqlx::Error> {
+        if url.starts_with("sqlite:") {
+            Ok(Engine::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Engine::Postgres)
+        } else {
+            Err(sqlx::Error::Configuration(
+                format!("unsupported DATABASE_URL {url:?}: use sqlite:// or postgres://").into(),
+            ))
+        }
+    }
+}
+
+/// The migrations, embedded in the binary so a deployed service needs no
+/// files beside it.
+#[derive(Debug, Clone, Copy)]
+struct Embedded(Engine);
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(self) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, BoxDynError>> + Send>> {
+        let sql = match self.0 {
+            Engine::Sqlite => include_str!("../migrations/sqlite/0001_init.sql"),
+            Engine::Postgres => include_str!("../migrations/postgres/0001_init.sql"),
+        };
+        let migrations = vec![Migration::new(
+            1,
+            Cow::Borrowed("init"),
+            MigrationType::Simple,
+            Cow::Borrowed(sql),
+            false,
+        )];
+        Box::pin(async move { Ok(migrations) })
+    }
+}
+
+/// A voucher as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voucher {
+    /// Database id; also the hash tag of every Redis key of the voucher.
+    pub id: i64,
+    /// Shown to buyers.
+    pub title: String,
+    /// Items put on sale.
+    pub stock_total: i64,
+    /// Items left according to the database.
+    pub stock: i64,
+    /// Sale window start, Unix epoch milliseconds.
+    pub begin_ms: i64,
+    /// Sale window end (exclusive), Unix epoch milliseconds.
+    pub end_ms: i64,
+    /// How many stock segments the `segmented` strategy splits the stock into.
+    pub segments: i64,
+}
+
+/// An order as stored (written orders only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// The id handed to the buyer when the purchase was accepted.
+    pub id: i64,
+    /// What was bought.
+    pub voucher_id: i64,
+    /// Who bought it.
+    pub user_id: i64,
+}
+
+/// What writing one order did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Inserted, and the voucher's database stock decremented.
+    Created,
+    /// This very order id was written before (a replayed stream entry).
+    AlreadyWritten,
+    /// The user already has another order for this voucher.
+    DuplicateUser,
+    /// The database's stock is exhausted: the gate in front let one buyer
+    /// too many through. Nothing was written.
+    StockExhausted,
+}
+
+/// The order database; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Db {
+    /// Shared connection pool.
+    pool: AnyPool,
+    /// Which engine, for the few places that differ.
+    engine: Engine,
+}
+
+/// Current Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Db {
+    /// Connects and runs the migrations.
+    ///
+    /// # Errors
+    /// Unsupported URL, unreachable database, or a failed migration.
+    pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let engine = Engine::of_url(url)?;
+        let options = AnyConnectOptions::from_str(url)?;
+        let pool = AnyPoolOptions::new()
+            // SQLite serializes writers anyway; a few connections keep reads
+            // from queueing behind writes.
+            .max_connections(match engine {
+                Engine::Sqlite => 4,
+                Engine::Postgres => 16,
+            })
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if engine == Engine::Sqlite {
+                        // WAL lets readers run beside the single writer;
+                        // NORMAL sync is durable across process crashes.
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        let migrator = Migrator::new(Embedded(engine))
+            .await
+            .map_err(|e| sqlx::Error::Migrate(Box::new(e)))?;
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| sqlx::Error::Migrate(Box::new(e)))?;
+        Ok(Db { pool, engine })
+    }
+
+    /// The engine behind this pool.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Inserts a voucher with its full stock and returns it.
+    ///
+    /// The caller seeds Redis inside `seed` before the insert commits, so a
+    /// voucher exists in both places or in neither.
+    pub async fn create_voucher<F, Fut, E>(
+        &self,
+        title: &str,
+        stock: i64,
+        begin_ms: i64,
+        end_ms: i64,
+        segments: i64,
+        seed: F,
+    ) -> Result<Voucher, E>
+    where
+        F: FnOnce(Voucher) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: From<sqlx::Error>,
+    {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "INSERT INTO vouchers (title, stock_total, stock, begin_ms, end_ms, segments, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(title)
+        .bind(stock)
+        .bind(stock)
+        .bind(begin_ms)
+        .bind(end_ms)
+        .bind(segments)
+        .bind(now_ms())
+        .fetch_one(&mut *tx)
+        .await?;
+        let voucher = Voucher {
+            id: row.try_get(0)?,
+            title: title.to_owned(),
+            stock_total: stock,
+            stock,
+            begin_ms,
+            end_ms,
+            segments,
+        };
+        seed(voucher.clone()).await?;
+        tx.commit().await?;
+        Ok(voucher)
+    }
+
+    /// One voucher by id.
+    pub async fn voucher(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT id, title, stock_total, stock, begin_ms, end_ms, segments \
+             FROM vouchers WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| voucher_from_row(&r)).transpose()
+    }
+
+    /// Ids of vouchers whose sale window ended less than `grace` ago (or has
+    /// not ended): the ones whose order streams still need a consumer.
+    pub async fn live_voucher_ids(&self, grace: Duration) -> Result<Vec<i64>, sqlx::Error> {
+        let since = now_ms() - grace.as_millis() as i64;
+        let rows = sqlx::query("SELECT id FROM vouchers WHERE end_ms >= $1 ORDER BY id")
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
+    /// Writes one order in one transaction: insert (a duplicate is ignored),
+    /// then decrement the database stock only if the insert happened and the
+    /// stock stays >= 0. Replaying the same order is harmless.
+    pub async fn write_order(&self, order: &Order) -> Result<WriteOutcome, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO orders (id, voucher_id, user_id, created_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(order.id)
+        .bind(order.voucher_id)
+        .bind(order.user_id)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            let same_id = sqlx::query("SELECT 1 FROM orders WHERE id = $1")
+                .bind(order.id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+            tx.rollback().await?;
+            return Ok(if same_id {
+                WriteOutcome::AlreadyWritten
+            } else {
+                WriteOutcome::DuplicateUser
+            });
+        }
+        let decremented =
+            sqlx::query("UPDATE vouchers SET stock = stock - 1 WHERE id = $1 AND stock > 0")
+                .bind(order.voucher_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        if decremented == 0 {
+            tx.rollback().await?;
+            return Ok(WriteOutcome::StockExhausted);
+        }
+        tx.commit().await?;
+        Ok(WriteOutcome::Created)
+    }
+
+    /// Records an accepted order that will never be written, and why.
+    /// Recording the same order twice keeps the first reason.
+    pub async fn record_failed(&self, order: &Order, reason: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO failed_orders (id, voucher_id, user_id, reason, created_ms) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(order.id)
+        .bind(order.voucher_id)
+        .bind(order.user_id)
+        .bind(reason)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A written order by id.
+    pub async fn order(&self, id: i64) -> Result<Option<Order>, sqlx::Error> {
+        let row = sqlx::query("SELECT id, voucher_id, user_id FROM orders WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| order_from_row(&r)).transpose()
+    }
+
+    /// The reason a failed order failed, by id.
+    pub async fn failed_order(&self, id: i64) -> Result<Option<(Order, String)>, sqlx::Error> {
+        let row =
+            sqlx::query("SELECT id, voucher_id, user_id, reason FROM failed_orders WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| Ok((order_from_row(&r)?, r.try_get(3)?)))
+            .transpose()
+    }
+
+    /// Every written order of a voucher, oldest id first.
+    pub async fn orders_of(&self, voucher_id: i64) -> Result<Vec<Order>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, voucher_id, user_id FROM orders WHERE voucher_id = $1 ORDER BY id",
+        )
+        .bind(voucher_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(order_from_row).collect()
+    }
+
+    /// How many failed orders a voucher has.
+    pub async fn failed_count(&self, voucher_id: i64) -> Result<i64, sqlx::Error> {
+        let row = sqlx::query("SELECT COUNT(*) FROM failed_orders WHERE voucher_id = $1")
+            .bind(voucher_id)
+            .fetch_one(&self.pool)
+            .await?;
+        row.try_get(0)
+    }
+
+    /// True when the database answers.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Closes the pool, waiting for connections in use.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn voucher_from_row(r: &sqlx::any::AnyRow) -> Result<Voucher, sqlx::Error> {
+    Ok(Voucher {
+        id: r.try_get(0)?,
+        title: r.try_get(1)?,
+        stock_total: r.try_get(2)?,
+        stock: r.try_get(3)?,
+        begin_ms: r.try_get(4)?,
+        end_ms: r.try_get(5)?,
+        segments: r.try_get(6)?,
+    })
+}
+
+fn order_from_row(r: &sqlx::any::AnyRow) -> Result<Order, sqlx::Error> {
+    Ok(Order {
+        id: r.try_get(0)?,
+        voucher_id: r.try_get(1)?,
+        user_id: r.try_get(2)?,
+    })
+}

@@ -1,0 +1,341 @@
+//! `seckill demo`: the oversell experiment with numbers.
+//!
+//! For each strategy: start two service instances as separate processes
+//! (this binary, re-run with `serve`), create a voucher, send N distinct
+//! buyers at both at once, wait for the order pipeline to drain, and count
+//! what the database holds. Then print the table and write JSON and SVG.
+
+pub mod load;
+pub mod report;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::config::Strategy;
+use crate::state::BoxError;
+use load::{LoadPlan, Outcome};
+use report::{Report, StrategyResult};
+
+/// What `seckill demo` runs.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Redis to use; `None` starts a private redis-server.
+    pub redis_url: Option<String>,
+    /// Database to use; `None` makes a SQLite file in a temporary directory.
+    pub database_url: Option<String>,
+    /// Strategies, in order.
+    pub strategies: Vec<Strategy>,
+    /// Distinct buyers per strategy.
+    pub buyers: usize,
+    /// Items per voucher.
+    pub stock: i64,
+    /// Requests in flight at most.
+    pub concurrency: usize,
+    /// Bound on one strategy's load phase.
+    pub time_limit: Duration,
+    /// Bound on waiting for the pipeline to write accepted orders.
+    pub drain_timeout: Duration,
+    /// Where JSON, SVG and instance logs go.
+    pub results_dir: PathBuf,
+    /// Show progress bars.
+    pub progress: bool,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            redis_url: None,
+            database_url: None,
+            strategies: Strategy::ALL.to_vec(),
+            buyers: 2000,
+            stock: 500,
+            concurrency: 400,
+            time_limit: Duration::from_secs(20),
+            drain_timeout: Duration::from_secs(20),
+            results_dir: PathBuf::from("results"),
+            progress: true,
+        }
+    }
+}
+
+/// Service instances per strategy.
+const INSTANCES: usize = 2;
+
+/// A `seckill serve` child process.
+struct Instance {
+    /// The process; killed on drop if still running.
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    url: String,
+}
+
+impl Instance {
+    async fn spawn(
+        strategy: Strategy,
+        index: usize,
+        redis_url: &str,
+        database_url: &str,
+        admin_token: &str,
+        log: &std::path::Path,
+    ) -> Result<Instance, BoxError> {
+        let exe = std::env::current_exe()?;
+        let log_file = std::fs::File::create(log)?;
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--announce"])
+            .args(["--redis", redis_url])
+            .args(["--database-url", database_url])
+            .args(["--strategy", strategy.as_str()])
+            .args(["--admin-token", admin_token])
+            .args(["--consumer-name", &format!("demo-{strategy}-{index}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        // The child binds port 0 and announces the port it got: no race for
+        // a "free" port between probing and binding.
+        let addr = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(addr) = line.strip_prefix("SECKILL_LISTENING ") {
+                    return Ok::<_, std::io::Error>(Some(addr.trim().to_owned()));
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|_| {
+            format!(
+                "instance {index} did not start within 60 s; see {}",
+                log.display()
+            )
+        })??
+        .ok_or_else(|| {
+            format!(
+                "instance {index} exited before listening; see {}",
+                log.display()
+            )
+        })?;
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Instance {
+            child,
+            url: format!("http://{addr}"),
+        })
+    }
+
+    /// SIGTERM, then wait (bounded) for the graceful shutdown.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Runs the demo; returns the report after writing it to `results_dir`.
+///
+/// # Errors
+/// When Redis, the database or the instances cannot be started.
+pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), BoxError> {
+    let _redis_server;
+    let redis_url = match &options.redis_url {
+        Some(url) => url.clone(),
+        None => {
+            let server = locksmith_testkit::RedisServer::start()?;
+            let url = server.url();
+            eprintln!("started a private redis-server at {url}");
+            _redis_server = server;
+            url
+        }
+    };
+    let _db_dir;
+    let database_url = match &options.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = tempfile::Builder::new().prefix("seckill-demo-").tempdir()?;
+            let url = format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("seckill.db").display()
+            );
+            _db_dir = dir;
+            url
+        }
+    };
+    let logs = options.results_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let admin_token = format!("demo-{}", std::process::id());
+    let http = reqwest::Client::new();
+    let mut results = Vec::new();
+    for (index, &strategy) in options.strategies.iter().enumerate() {
+        let mut instances = Vec::new();
+        for i in 0..INSTANCES {
+            let log = logs.join(format!("{strategy}-{i}.log"));
+            instances.push(
+                Instance::spawn(strategy, i, &redis_url, &database_url, &admin_token, &log).await?,
+            );
+        }
+        let urls: Vec<String> = instances.iter().map(|i| i.url.clone()).collect();
+        let result = run_strategy(&options, strategy, index, &urls, &admin_token, &http).await;
+        for instance in instances {
+            instance.stop().await;
+        }
+        results.push(result?);
+    }
+    let report = Report {
+        instances: INSTANCES,
+        buyers: options.buyers,
+        stock: options.stock,
+        concurrency: options.concurrency,
+        results,
+    };
+    let (json_path, svg_path) = report::write(&report, &options.results_dir)?;
+    Ok((report, json_path, svg_path))
+}
+
+async fn run_strategy(
+    options: &DemoOptions,
+    strategy: Strategy,
+    index: usize,
+    urls: &[String],
+    admin_token: &str,
+    http: &reqwest::Client,
+) -> Result<StrategyResult, BoxError> {
+    let now = std::time::SystemTime::now();
+    let voucher: Value = http
+        .post(format!("{}/vouchers", urls[0]))
+        .bearer_auth(admin_token)
+        .json(&json!({
+            "title": format!("demo voucher ({strategy})"),
+            "stock": options.stock,
+            "begin": humantime::format_rfc3339_millis(now - Duration::from_secs(1)).to_string(),
+            "end": humantime::format_rfc3339_millis(now + Duration::from_secs(3600)).to_string(),
+        }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let voucher_id = voucher["id"].as_i64().ok_or("voucher without id")?;
+
+    let progress = if options.progress {
+        let bar = ProgressBar::new(options.buyers as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>12} [{bar:40}] {pos}/{len} buyers {msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(strategy.as_str().to_owned());
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let plan = LoadPlan {
+        instances: urls.to_vec(),
+        voucher_id,
+        first_user: (index as i64 + 1) * 1_000_000,
+        buyers: options.buyers,
+        concurrency: options.concurrency,
+        time_limit: options.time_limit,
+    };
+    let run = load::run(&plan, &progress).await;
+    progress.set_message("draining");
+
+    let accepted: HashSet<i64> = run
+        .samples
+        .iter()
+        .filter_map(|s| match s.outcome {
+            Outcome::Accepted(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    let count = |f: &dyn Fn(&Outcome) -> bool| run.samples.iter().filter(|s| f(&s.outcome)).count();
+    let refused_by_db = count(&|o| matches!(o, Outcome::Rejected(409, code) if code == "oversold"));
+    let sold_out = count(&|o| matches!(o, Outcome::Rejected(409, code) if code != "oversold"));
+    let unavailable = count(&|o| matches!(o, Outcome::Rejected(503, _)));
+    let errors = run.samples.len() - accepted.len() - refused_by_db - sold_out - unavailable
+        + (options.buyers - run.samples.len());
+
+    // Wait until every accepted order is written, or the stream is empty
+    // and nothing is pending (then what is missing is lost), bounded.
+    let drain_deadline = Instant::now() + options.drain_timeout;
+    let orders = loop {
+        let state: Value = http
+            .get(format!("{}/vouchers/{voucher_id}/orders", urls[0]))
+            .bearer_auth(admin_token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let written: HashSet<i64> = state["orders"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o["order_id"].as_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let idle = state["stream_pending"].as_i64().unwrap_or(0) <= 0
+            && state["stream_lag"].as_i64().unwrap_or(0) <= 0;
+        let all_there = accepted.iter().all(|id| written.contains(id));
+        if all_there || (idle && strategy != Strategy::Lua) || Instant::now() > drain_deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    progress.finish_with_message("done");
+
+    let rows = orders["orders"].as_array().cloned().unwrap_or_default();
+    let mut per_user: HashMap<i64, usize> = HashMap::new();
+    let mut written = HashSet::new();
+    for o in &rows {
+        if let Some(user) = o["user_id"].as_i64() {
+            *per_user.entry(user).or_default() += 1;
+        }
+        if let Some(id) = o["order_id"].as_str().and_then(|s| s.parse::<i64>().ok()) {
+            written.insert(id);
+        }
+    }
+    let duplicate_pairs = per_user.values().filter(|&&n| n > 1).count();
+    let lost = accepted.iter().filter(|id| !written.contains(id)).count();
+    let passed_gate = accepted.len() + refused_by_db;
+    // Sold beyond the stock: promised by the gate (whether or not the
+    // database's guard then refused) or, were that guard missing, written.
+    let oversold = (passed_gate.max(rows.len()) as i64 - options.stock).max(0) as usize;
+    let secs = run.elapsed.as_secs_f64().max(1e-9);
+    Ok(StrategyResult {
+        strategy,
+        requests: options.buyers,
+        accepted: accepted.len(),
+        orders_in_db: rows.len(),
+        oversold,
+        duplicate_pairs,
+        lost,
+        sold_out,
+        unavailable,
+        errors,
+        requests_per_sec: run.samples.len() as f64 / secs,
+        p50_ms: load::latency_quantile(&run.samples, 0.5).as_secs_f64() * 1e3,
+        p99_ms: load::latency_quantile(&run.samples, 0.99).as_secs_f64() * 1e3,
+        stock: options.stock,
+    })
+}

@@ -1,0 +1,76 @@
+//! Redis key names. Every key of one voucher carries the voucher id as a hash
+//! tag (`{42}`), so all of them live in one Redis Cluster slot and one script
+//! may touch them all.
+
+/// Items left (the single-counter strategies).
+pub fn stock(voucher: i64) -> String {
+    format!("seckill:stock:{{{voucher}}}")
+}
+
+/// Items left in one segment (the `segmented` strategy).
+pub fn segment_stock(voucher: i64, segment: i64) -> String {
+    format!("seckill:stock:{{{voucher}}}:{segment}")
+}
+
+/// Set of user ids that bought the voucher.
+pub fn buyers(voucher: i64) -> String {
+    format!("seckill:buyers:{{{voucher}}}")
+}
+
+/// Hash with the sale window (`begin`, `end`, epoch ms) and `segments`; its
+/// absence means Redis lost the voucher's state.
+pub fn meta(voucher: i64) -> String {
+    format!("seckill:voucher:{{{voucher}}}")
+}
+
+/// Stream of accepted orders waiting to be written to the database.
+pub fn orders_stream(voucher: i64) -> String {
+    format!("seckill:orders:{{{voucher}}}")
+}
+
+/// Stream of order entries that failed too often to be written.
+pub fn dead_letter_stream(voucher: i64) -> String {
+    format!("seckill:orders-dead:{{{voucher}}}")
+}
+
+/// The per-voucher lock of the `lock` strategy.
+pub fn voucher_lock(voucher: i64) -> String {
+    format!("seckill:lock:{{{voucher}}}")
+}
+
+/// The lock of one stock segment (the `segmented` strategy).
+pub fn segment_lock(voucher: i64, segment: i64) -> String {
+    format!("seckill:lock:{{{voucher}}}:{segment}")
+}
+
+/// "pending" while an accepted order travels through the stream.
+pub fn order_status(order: i64) -> String {
+    format!("seckill:order-status:{order}")
+}
+
+/// The order-id sequence of one UTC day.
+pub fn order_seq(day: i64) -> String {
+    format!("seckill:order-seq:{day}")
+}
+
+/// The consumer group that writes orders to the database.
+pub const ORDER_GROUP: &str = "seckill-writers";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_voucher_share_a_hash_tag() {
+        for key in [
+            stock(7),
+            segment_stock(7, 3),
+            buyers(7),
+            meta(7),
+            orders_stream(7),
+            dead_letter_stream(7),
+        ] {
+            assert!(key.contains("{7}"), "{key}");
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! # seckill: the flash-sale service
+//!
+//! The oversell experiment, reproduced and fixed: five purchase strategies
+//! behind one HTTP API, an order pipeline on a Redis stream, and a demo that
+//! runs them side by side.
+//!
+//! Map of the crate:
+//! - [`config`]: [`Config`] and [`Strategy`].
+//! - [`state`]: [`AppState`], the shared handles of one instance.
+//! - [`routes`]: [`app`], the HTTP API; [`error`]: status codes.
+//! - [`strategy`]: the five purchase strategies.
+//! - [`pipeline`]: the stream consumer that writes orders to the database.
+//! - [`db`]: vouchers and orders on SQLite or PostgreSQL; [`keys`]: Redis key
+//!   names; [`order_id`]: order ids.
+//! - [`server`]: running an instance with graceful shutdown.
+//! - [`demo`]: `seckill demo`, the experiment with numbers.
+
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod keys;
+pub mod order_id;
+pub mod pipeline;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod strategy;
+
+pub use config::{Config, PipelineConfig, Strategy};
+pub use error::AppError;
+pub use routes::app;
+pub use server::Server;
+pub use state::AppState;

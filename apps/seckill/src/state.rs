@@ -1,0 +1,175 @@
+//! [`AppState`]: the handles one instance shares between its requests and
+//! its order pipeline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use redis::aio::ConnectionManager;
+
+use crate::config::Config;
+use crate::db::{Db, Voucher};
+use crate::error::AppError;
+
+/// Boxed error for start-up failures.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Shared state of one instance; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Everything, behind one `Arc` so handlers clone a pointer.
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("strategy", &self.inner.config.strategy)
+            .field("consumer", &self.inner.config.consumer_name)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    /// Settings this instance was started with.
+    config: Config,
+    /// The lock client; its multiplexed connection also carries the
+    /// service's own commands, so one socket serves both.
+    locks: locksmith::Client,
+    /// Opens dedicated connections for blocking stream reads, which would
+    /// stall every other command on the shared multiplexed connection.
+    redis_client: redis::Client,
+    /// The order database.
+    db: Db,
+    /// Voucher metadata by id. Windows and segment counts never change after
+    /// creation, so caching them saves a database read per purchase.
+    vouchers: Mutex<HashMap<i64, Voucher>>,
+    /// The `local-mutex` strategy's per-voucher mutexes.
+    local_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Renders `/metrics`.
+    metrics: PrometheusHandle,
+}
+
+/// The process-wide Prometheus recorder (the `metrics` facade allows one),
+/// shared by every instance in the process.
+fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (an embedding
+            // program); then this handle renders nothing, which is harmless.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+impl AppState {
+    /// Connects to Redis and the database (running migrations).
+    ///
+    /// # Errors
+    /// When either cannot be reached or the configuration is invalid.
+    pub async fn connect(config: Config) -> Result<AppState, BoxError> {
+        if config.segments < 1 || config.segments > 1024 {
+            return Err("segments must be between 1 and 1024".into());
+        }
+        let locks = locksmith::Client::builder(config.redis_url.as_str())
+            .connect_timeout(Duration::from_secs(3))
+            .command_timeout(Duration::from_secs(2))
+            .build()
+            .await?;
+        let redis_client = redis::Client::open(config.redis_url.as_str())?;
+        let db = Db::connect(&config.database_url).await?;
+        Ok(AppState {
+            inner: Arc::new(Inner {
+                config,
+                locks,
+                redis_client,
+                db,
+                vouchers: Mutex::new(HashMap::new()),
+                local_locks: Mutex::new(HashMap::new()),
+                metrics: metrics_handle(),
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The lock client.
+    pub fn locks(&self) -> &locksmith::Client {
+        &self.inner.locks
+    }
+
+    /// A handle on the shared multiplexed Redis connection.
+    pub fn redis(&self) -> ConnectionManager {
+        self.inner.locks.connection()
+    }
+
+    /// The Redis client, for dedicated connections.
+    pub fn redis_client(&self) -> &redis::Client {
+        &self.inner.redis_client
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The Prometheus text of all metrics.
+    pub fn render_metrics(&self) -> String {
+        self.inner.metrics.render()
+    }
+
+    /// A voucher's metadata, from the cache or the database.
+    ///
+    /// # Errors
+    /// [`AppError::NotFound`] for an unknown id; database errors.
+    pub async fn voucher(&self, id: i64) -> Result<Voucher, AppError> {
+        if let Some(v) = self.cached(id) {
+            return Ok(v);
+        }
+        let voucher = self
+            .inner
+            .db
+            .voucher(id)
+            .await?
+            .ok_or(AppError::NotFound("voucher"))?;
+        self.remember(voucher.clone());
+        Ok(voucher)
+    }
+
+    fn cached(&self, id: i64) -> Option<Voucher> {
+        let map = self
+            .inner
+            .vouchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.get(&id).cloned()
+    }
+
+    /// Puts a voucher into the metadata cache.
+    pub fn remember(&self, voucher: Voucher) {
+        let mut map = self
+            .inner
+            .vouchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.insert(voucher.id, voucher);
+    }
+
+    /// The process-local mutex of one voucher (`local-mutex` strategy).
+    pub fn local_lock(&self, voucher: i64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self
+            .inner
+            .local_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.entry(voucher).or_default().clone()
+    }
+}

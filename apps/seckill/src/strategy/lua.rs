@@ -1,0 +1,62 @@
+//! `lua`: one atomic script (`gate.lua`) checks the window, the stock and
+//! the buyer set, decrements, records the buyer and appends the order to the
+//! voucher's stream. No lock, one round trip; the [`crate::pipeline`] writes
+//! the order to the database afterwards.
+
+use std::sync::LazyLock;
+
+use super::Accepted;
+use crate::db::Voucher;
+use crate::error::AppError;
+use crate::state::AppState;
+use crate::{keys, order_id};
+
+/// The gate; its SHA is computed once and EVALSHA falls back to loading.
+static GATE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("gate.lua")));
+
+pub(super) async fn purchase(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+) -> Result<Accepted, AppError> {
+    let mut conn = state.redis();
+    let id = order_id::next(&mut conn).await?;
+    let code: i64 = GATE
+        .key(keys::stock(voucher.id))
+        .key(keys::buyers(voucher.id))
+        .key(keys::meta(voucher.id))
+        .key(keys::orders_stream(voucher.id))
+        .arg(user_id)
+        .arg(id)
+        .arg(voucher.id)
+        .invoke_async(&mut conn)
+        .await?;
+    match code {
+        0 => {
+            // Lets GET /orders/{id} say "pending" until the pipeline writes
+            // the order; losing this hint only makes that answer 404 for a
+            // moment, so a failure here does not undo the purchase.
+            let marked: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(keys::order_status(id))
+                .arg(voucher.id)
+                .arg("EX")
+                .arg(86_400)
+                .query_async(&mut conn)
+                .await;
+            if let Err(e) = marked {
+                tracing::warn!(order_id = id, "cannot mark order pending: {e}");
+            }
+            Ok(Accepted {
+                order_id: id,
+                pending: true,
+            })
+        }
+        1 => Err(AppError::SoldOut),
+        2 => Err(AppError::AlreadyBought),
+        3 => Err(AppError::NotStarted),
+        4 => Err(AppError::Ended),
+        5 => Err(super::lost_state(voucher)),
+        other => Err(AppError::Internal(format!("gate answered {other}"))),
+    }
+}

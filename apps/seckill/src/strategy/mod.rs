@@ -1,0 +1,266 @@
+//! The five purchase strategies, one file each, in the order of the classic
+//! flash-sale evolution:
+//!
+//! | strategy | gate | oversells? |
+//! |---|---|---|
+//! | `unsafe` (`unsafe_rcw.rs`) | GET stock, check, SET stock-1 | yes, between any two requests |
+//! | `local-mutex` (`local_mutex.rs`) | the same in a process-local mutex | yes, between instances |
+//! | `lock` (`lock.rs`) | a locksmith lock per voucher (+ one per user) | no; serializes all buyers |
+//! | `segmented` (`segmented.rs`) | N stock segments, one lock each | no; N buyers at a time |
+//! | `lua` (`lua.rs`, `gate.lua`) | one atomic script + a stream | no; no lock at all |
+//!
+//! The synchronous strategies (all but `lua`) write the order to the
+//! database before answering; `lua` answers at once with a pending order
+//! that the [`crate::pipeline`] writes.
+
+mod local_mutex;
+mod lock;
+mod lua;
+mod segmented;
+mod unsafe_rcw;
+
+use std::time::Instant;
+
+use crate::config::Strategy;
+use crate::db::{now_ms, Order, Voucher, WriteOutcome};
+use crate::error::AppError;
+use crate::state::AppState;
+use crate::{keys, order_id};
+
+/// A purchase the service said yes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The id handed to the buyer.
+    pub order_id: i64,
+    /// True while the order waits in the stream (`lua`); false once written.
+    pub pending: bool,
+}
+
+/// Runs the instance's strategy for one buyer.
+///
+/// # Errors
+/// The rejection ([`AppError::SoldOut`], ...) or the failure.
+pub async fn purchase(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+) -> Result<Accepted, AppError> {
+    match state.config().strategy {
+        Strategy::Unsafe => unsafe_rcw::purchase(state, voucher, user_id).await,
+        Strategy::LocalMutex => local_mutex::purchase(state, voucher, user_id).await,
+        Strategy::Lock => lock::purchase(state, voucher, user_id).await,
+        Strategy::Segmented => segmented::purchase(state, voucher, user_id).await,
+        Strategy::Lua => lua::purchase(state, voucher, user_id).await,
+    }
+}
+
+/// The sale-window check of the synchronous strategies (the `lua` gate checks
+/// it on the Redis server's clock instead).
+fn check_window(voucher: &Voucher) -> Result<(), AppError> {
+    let now = now_ms();
+    if now < voucher.begin_ms {
+        Err(AppError::NotStarted)
+    } else if now >= voucher.end_ms {
+        Err(AppError::Ended)
+    } else {
+        Ok(())
+    }
+}
+
+/// The answer when a voucher's Redis state is gone (Redis restarted without
+/// persistence, or the keys were evicted). Re-seeding from the database
+/// would oversell by every accepted order still in the lost stream, so the
+/// service refuses until an operator decides.
+fn lost_state(voucher: &Voucher) -> AppError {
+    metrics::counter!("seckill_redis_state_lost_total").increment(1);
+    AppError::Unavailable(format!(
+        "Redis has no state for voucher {}; refusing to sell blindly",
+        voucher.id
+    ))
+}
+
+/// Whether the user is already in the voucher's buyer set.
+async fn already_bought(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+) -> Result<bool, AppError> {
+    let mut conn = state.redis();
+    let bought: bool = redis::cmd("SISMEMBER")
+        .arg(keys::buyers(voucher.id))
+        .arg(user_id)
+        .query_async(&mut conn)
+        .await?;
+    Ok(bought)
+}
+
+/// The read-check-write every synchronous strategy runs under its own kind
+/// of exclusion (or none): read the counter, refuse at zero, write it back
+/// minus one, record the buyer. `Ok(false)` means sold out.
+async fn read_check_write(
+    state: &AppState,
+    voucher: &Voucher,
+    stock_key: &str,
+    user_id: i64,
+) -> Result<bool, AppError> {
+    let mut conn = state.redis();
+    let stock: Option<i64> = redis::cmd("GET")
+        .arg(stock_key)
+        .query_async(&mut conn)
+        .await?;
+    let stock = stock.ok_or_else(|| lost_state(voucher))?;
+    if stock <= 0 {
+        return Ok(false);
+    }
+    let _: () = redis::pipe()
+        .set(stock_key, stock - 1)
+        .ignore()
+        .sadd(keys::buyers(voucher.id), user_id)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    Ok(true)
+}
+
+/// Writes the order of a buyer the gate let through and answers for it.
+///
+/// When the write fails or the user turns out to have an order already, the
+/// item goes back to `stock_key`. When the database's stock guard refuses,
+/// the gate oversold: the buyer hears so (409 `oversold`) and the refusal
+/// is recorded.
+async fn write_now(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+    stock_key: &str,
+) -> Result<Accepted, AppError> {
+    let give_back = || async {
+        let mut conn = state.redis();
+        let result: redis::RedisResult<()> = redis::pipe()
+            .incr(stock_key, 1)
+            .ignore()
+            .srem(keys::buyers(voucher.id), user_id)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
+        if let Err(e) = result {
+            tracing::error!(
+                voucher = voucher.id,
+                user_id,
+                "cannot give an item back: {e}"
+            );
+        }
+    };
+    let mut conn = state.redis();
+    let id = match order_id::next(&mut conn).await {
+        Ok(id) => id,
+        Err(e) => {
+            give_back().await;
+            return Err(e.into());
+        }
+    };
+    let order = Order {
+        id,
+        voucher_id: voucher.id,
+        user_id,
+    };
+    let started = Instant::now();
+    let outcome = state.db().write_order(&order).await;
+    metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
+    match outcome {
+        Ok(WriteOutcome::Created) | Ok(WriteOutcome::AlreadyWritten) => {
+            metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
+            Ok(Accepted {
+                order_id: id,
+                pending: false,
+            })
+        }
+        Ok(WriteOutcome::DuplicateUser) => {
+            give_back().await;
+            Err(AppError::AlreadyBought)
+        }
+        Ok(WriteOutcome::StockExhausted) => {
+            state
+                .db()
+                .record_failed(&order, "database stock exhausted")
+                .await?;
+            Err(AppError::Oversold)
+        }
+        Err(e) => {
+            give_back().await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Seeds a new voucher's Redis state: window, counter, segments, an empty
+/// buyer set. One MULTI, so the state is complete or absent.
+pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppError> {
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .hset_multiple(
+            keys::meta(voucher.id),
+            &[
+                ("begin", voucher.begin_ms),
+                ("end", voucher.end_ms),
+                ("segments", voucher.segments),
+            ],
+        )
+        .ignore()
+        .set(keys::stock(voucher.id), voucher.stock_total)
+        .ignore()
+        .del(keys::buyers(voucher.id))
+        .ignore();
+    for (segment, share) in segment_shares(voucher.stock_total, voucher.segments)
+        .into_iter()
+        .enumerate()
+    {
+        pipe.set(keys::segment_stock(voucher.id, segment as i64), share)
+            .ignore();
+    }
+    let mut conn = state.redis();
+    let _: () = pipe.query_async(&mut conn).await?;
+    Ok(())
+}
+
+/// Splits `stock` into `segments` near-equal shares.
+pub fn segment_shares(stock: i64, segments: i64) -> Vec<i64> {
+    (0..segments)
+        .map(|i| stock / segments + i64::from(i < stock % segments))
+        .collect()
+}
+
+/// Items left according to Redis, in the form this instance's strategy
+/// keeps them; `None` when Redis has lost the voucher's state.
+pub async fn stock_left(state: &AppState, voucher: &Voucher) -> Result<Option<i64>, AppError> {
+    let mut conn = state.redis();
+    if state.config().strategy == Strategy::Segmented {
+        let keys: Vec<String> = (0..voucher.segments)
+            .map(|s| keys::segment_stock(voucher.id, s))
+            .collect();
+        let values: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query_async(&mut conn).await?;
+        Ok(values.into_iter().sum())
+    } else {
+        let value: Option<i64> = redis::cmd("GET")
+            .arg(keys::stock(voucher.id))
+            .query_async(&mut conn)
+            .await?;
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_and_differ_by_at_most_one() {
+        for (stock, n) in [(500, 8), (7, 8), (0, 3), (9, 3), (1, 1)] {
+            let shares = segment_shares(stock, n);
+            assert_eq!(shares.len() as i64, n);
+            assert_eq!(shares.iter().sum::<i64>(), stock);
+            let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(max - min <= 1);
+        }
+    }
+}
