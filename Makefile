@@ -14,8 +14,16 @@ test: lint
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 
+# The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
+# for 500 items; prints the table and writes results/seckill-demo.{json,svg}.
+demo: setup
+	$(CARGO) run --release -p seckill -- demo
+
 fmt:
 	$(CARGO) fmt --all
 
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+
+bench: setup
+	$(CARGO) run --release -p locksmith-cli -- bench

@@ -128,10 +128,14 @@ impl From<redis::RedisError> for AppError {
 
 impl From<locksmith::Error> for AppError {
     fn from(e: locksmith::Error) -> Self {
-        if e.is_timeout() || e.is_connection_error() {
-            AppError::Unavailable(format!("lock: {e}"))
-        } else {
-            AppError::Internal(format!("lock: {e}"))
+        use locksmith::ErrorKind;
+        match e.kind() {
+            // A lease lost meanwhile (Redis restarted or stalled) leaves the
+            // outcome unguaranteed: report the outage, as for a dead Redis.
+            ErrorKind::Timeout | ErrorKind::Connection | ErrorKind::NotHeld => {
+                AppError::Unavailable(format!("lock: {e}"))
+            }
+            _ => AppError::Internal(format!("lock: {e}")),
         }
     }
 }

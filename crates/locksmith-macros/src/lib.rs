@@ -122,12 +122,14 @@ impl Parse for Args {
                 "busy" => args.busy = Some(input.parse()?),
                 "wait" => args.wait = Some(parse_duration(input, false)?),
                 "lease" => args.lease = Some(parse_duration(input, true)?),
-                other => return Err(syn::Error::new(
-                    key.span(),
-                    format!(
+                other => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!(
                         "unknown argument `{other}`: expected `client`, `wait`, `lease` or `busy`"
                     ),
-                )),
+                    ))
+                }
             }
         }
         Ok(args)

@@ -1,0 +1,263 @@
+//! The HTTP API without sockets (`app(state)` + `oneshot`): status codes for
+//! good and bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::{config, ADMIN};
+use locksmith_testkit::RedisServer;
+use seckill::config::Strategy;
+use seckill::{app, AppState};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Api {
+    _redis: RedisServer,
+    _dir: tempfile::TempDir,
+    state: AppState,
+}
+
+impl Api {
+    async fn start(strategy: Strategy) -> Api {
+        let redis = RedisServer::start().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}?mode=rwc", dir.path().join("api.db").display());
+        let state = AppState::connect(config(&redis.url(), &db, strategy, "api"))
+            .await
+            .unwrap();
+        Api {
+            _redis: redis,
+            _dir: dir,
+            state,
+        }
+    }
+
+    async fn call(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let resp = app(self.state.clone()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn create(&self, body: Value, token: Option<&str>) -> (StatusCode, Value) {
+        let mut req = Request::post("/vouchers").header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        self.call(req.body(Body::from(body.to_string())).unwrap())
+            .await
+    }
+
+    async fn buy(&self, voucher: &str, user: Option<&str>) -> (StatusCode, Value) {
+        let mut req = Request::post(format!("/vouchers/{voucher}/orders"));
+        if let Some(u) = user {
+            req = req.header("x-user-id", u);
+        }
+        self.call(req.body(Body::empty()).unwrap()).await
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Request::get(path).body(Body::empty()).unwrap())
+            .await
+    }
+}
+
+fn time(offset_secs: i64) -> String {
+    let now = std::time::SystemTime::now();
+    let t = if offset_secs >= 0 {
+        now + Duration::from_secs(offset_secs as u64)
+    } else {
+        now - Duration::from_secs((-offset_secs) as u64)
+    };
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn voucher(stock: i64, begin: i64, end: i64) -> Value {
+    json!({ "title": "t", "stock": stock, "begin": time(begin), "end": time(end) })
+}
+
+#[tokio::test]
+async fn bad_input_is_answered_with_4xx() {
+    for strategy in [Strategy::Lua, Strategy::Lock] {
+        let api = Api::start(strategy).await;
+        // Admin token.
+        assert_eq!(
+            api.create(voucher(5, -5, 60), None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            api.create(voucher(5, -5, 60), Some("nope")).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        // Voucher fields.
+        let (s, body) = api.create(voucher(-1, -5, 60), Some(ADMIN)).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"], "bad_request");
+        assert_eq!(
+            api.create(voucher(0, -5, 60), Some(ADMIN)).await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.create(voucher(5, 60, -5), Some(ADMIN)).await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.create(
+                json!({"title": "t", "stock": 5, "begin": "yesterday", "end": time(60)}),
+                Some(ADMIN)
+            )
+            .await
+            .0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.create(
+                json!({"title": "", "stock": 5, "begin": time(-5), "end": time(60)}),
+                Some(ADMIN)
+            )
+            .await
+            .0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.create(json!({"stock": 5}), Some(ADMIN)).await.0,
+            StatusCode::BAD_REQUEST
+        );
+        // Ids and users.
+        assert_eq!(api.buy("abc", Some("1")).await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(api.buy("-3", Some("1")).await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(api.buy("999", Some("1")).await.0, StatusCode::NOT_FOUND);
+        assert_eq!(api.get("/vouchers/999").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(api.get("/vouchers/x1").await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(api.get("/orders/0").await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(api.get("/orders/12345").await.0, StatusCode::NOT_FOUND);
+        let (s, v) = api.create(voucher(1, -5, 60), Some(ADMIN)).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        let id = v["id"].to_string();
+        assert_eq!(api.buy(&id, None).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(api.buy(&id, Some("bob")).await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(api.buy(&id, Some("0")).await.0, StatusCode::BAD_REQUEST);
+    }
+}
+
+#[tokio::test]
+async fn a_purchase_goes_through_its_states() {
+    for strategy in [Strategy::Lua, Strategy::Segmented, Strategy::Unsafe] {
+        let api = Api::start(strategy).await;
+        let (_, v) = api.create(voucher(1, -5, 60), Some(ADMIN)).await;
+        let id = v["id"].to_string();
+        let (s, order) = api.buy(&id, Some("7")).await;
+        assert_eq!(s, StatusCode::CREATED, "{strategy}: {order}");
+        let order_id = order["order_id"].as_str().unwrap().to_owned();
+        // Already bought beats sold out; another user hears sold out.
+        let (s, body) = api.buy(&id, Some("7")).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::CONFLICT, Some("already_bought"))
+        );
+        let (s, body) = api.buy(&id, Some("8")).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::CONFLICT, Some("sold_out"))
+        );
+        // The order becomes "created" (at once, or through the pipeline).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (s, o) = api.get(&format!("/orders/{order_id}")).await;
+            assert_eq!(s, StatusCode::OK);
+            if o["status"] == "created" {
+                assert_eq!(o["user_id"], 7);
+                break;
+            }
+            assert_eq!(o["status"], "pending");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "order never written"
+            );
+            // The API alone runs no pipeline; write like a consumer would.
+            run_pipeline_briefly(&api).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (s, v) = api.get(&format!("/vouchers/{id}")).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(
+            (v["stock_left"].as_i64(), v["db_stock"].as_i64()),
+            (Some(0), Some(0))
+        );
+    }
+}
+
+/// Runs the order pipeline of this state for a moment.
+async fn run_pipeline_briefly(api: &Api) {
+    let token = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(seckill::pipeline::run(api.state.clone(), token.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel();
+    let _ = task.await;
+}
+
+#[tokio::test]
+async fn the_sale_window_is_enforced() {
+    for strategy in [Strategy::Lua, Strategy::Lock, Strategy::Unsafe] {
+        let api = Api::start(strategy).await;
+        let (_, early) = api.create(voucher(5, 3600, 7200), Some(ADMIN)).await;
+        let (s, body) = api.buy(&early["id"].to_string(), Some("1")).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::TOO_EARLY, Some("not_started")),
+            "{strategy}"
+        );
+        // A window that closes right away.
+        let now = std::time::SystemTime::now();
+        let (s, v) = api
+            .create(
+                json!({"title": "t", "stock": 5,
+                       "begin": humantime::format_rfc3339_millis(now - Duration::from_secs(5)).to_string(),
+                       "end": humantime::format_rfc3339_millis(now + Duration::from_millis(200)).to_string()}),
+                Some(ADMIN),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (s, body) = api.buy(&v["id"].to_string(), Some("1")).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::FORBIDDEN, Some("ended")),
+            "{strategy}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn health_and_metrics_answer() {
+    let api = Api::start(Strategy::Lua).await;
+    let (s, h) = api.get("/healthz").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["redis"], "ok");
+    let (_, v) = api.create(voucher(1, -5, 60), Some(ADMIN)).await;
+    api.buy(&v["id"].to_string(), Some("1")).await;
+    api.buy(&v["id"].to_string(), Some("2")).await;
+    let resp = app(api.state.clone())
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = String::from_utf8(
+        axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(text.contains("seckill_orders_accepted_total"), "{text}");
+    assert!(text.contains("seckill_orders_rejected_total"), "{text}");
+    assert!(text.contains("reason=\"sold_out\""), "{text}");
+}

@@ -1,0 +1,168 @@
+//! The PostgreSQL path: a throwaway cluster of our own (initdb into a
+//! temporary directory, `postgres` on a free port, killed at the end), so
+//! nothing depends on a system service. Run as root, the server runs as the
+//! `postgres` user (PostgreSQL refuses to run as root).
+//!
+//! Skipped, loudly, only when no PostgreSQL server binaries are installed
+//! (`scripts/setup` installs them).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{accepted_ids, assert_exact, Harness};
+use seckill::config::Strategy;
+
+/// Where `initdb` and `postgres` live: $PG_BIN, `pg_config --bindir`, or
+/// the newest /usr/lib/postgresql/*/bin.
+fn bin_dir() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").exists() && p.join("initdb").exists())
+        .collect();
+    candidates.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    candidates.pop()
+}
+
+/// A PostgreSQL server of our own.
+struct Postgres {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    fn start(bin: &Path) -> Postgres {
+        let dir = tempfile::Builder::new()
+            .prefix("seckill-pg-")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        let as_root = nix::unistd::Uid::effective().is_root();
+        let run_as = |program: PathBuf| -> Command {
+            if as_root {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    "--reuid=postgres",
+                    "--regid=postgres",
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(program);
+                c
+            } else {
+                Command::new(program)
+            }
+        };
+        if as_root {
+            let user = nix::unistd::User::from_name("postgres").unwrap().expect(
+                "running as root needs a `postgres` user (the postgresql package creates it)",
+            );
+            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+        }
+        let status = run_as(bin.join("initdb"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("initdb runs");
+        assert!(status.success(), "initdb failed");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = run_as(bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+            ])
+            .args(["-c", "full_page_writes=off", "-c", "max_connections=100"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Postgres {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SIGINT: fast shutdown (setpriv execs, so the pid is postgres').
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sales_on_postgres_are_exact() {
+    let Some(bin) = bin_dir() else {
+        eprintln!(
+            "\n*** SKIPPED: no PostgreSQL server binaries (initdb, postgres) found; \
+             run scripts/setup or set PG_BIN ***\n"
+        );
+        return;
+    };
+    let pg = Postgres::start(&bin);
+    for strategy in [Strategy::Lua, Strategy::Lock] {
+        let h = Harness::start_with_db(strategy, 2, Some(pg.url())).await;
+        let voucher = h.create_voucher(50).await;
+        let run = h.sale(voucher, 1, 150, 50).await;
+        let orders = h
+            .wait_written(voucher, &accepted_ids(&run), Duration::from_secs(20))
+            .await;
+        assert_exact(&run, &orders, 50);
+        let db = h.servers[0].state().db();
+        assert_eq!(db.engine(), seckill::db::Engine::Postgres);
+        assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 0);
+    }
+}

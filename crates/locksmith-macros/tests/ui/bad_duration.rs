@@ -1,0 +1,9 @@
+use locksmith_macros::locked;
+
+#[locked("order:{user_id}", client = client, wait = "soon")]
+async fn place(client: &locksmith::Client, user_id: u64) -> Result<(), locksmith::Error> {
+    let _ = (client, user_id);
+    Ok(())
+}
+
+fn main() {}
