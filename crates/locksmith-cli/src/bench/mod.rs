@@ -1,0 +1,670 @@
+//! `locksmith bench`: locksmith against rslock and against the bare
+//! scripts, in one run on one Redis, with the targets of issue 3 checked
+//! next to the numbers.
+//!
+//! Phases, in order (each bounded by `--duration`, plus a straggler limit):
+//! 1. PING round-trip time, sequential, as the unit for hand-off latency.
+//! 2. Raw ceiling: the acquire and release scripts sent as one pipeline per
+//!    pair by `--tasks` tasks on their own keys, with no client logic.
+//! 3. Uncontended: the same tasks, own keys, lock + release, for rslock and
+//!    locksmith.
+//! 4. Contended: the same tasks, one key, critical section = GET + SET of a
+//!    counter (checked exact afterwards), for rslock and locksmith.
+//! 5. Hand-off: one holder, one parked waiter; time from the release to the
+//!    waiter's grant, with a PING before each release.
+//!
+//! Commands per operation come from `INFO commandstats` diffed around each
+//! phase. Lock commands are the ones a client sends for locking (EVALSHA,
+//! EVAL, SCRIPT, SUBSCRIBE, UNSUBSCRIBE, and SET beyond the critical
+//! section's own); commands run inside scripts are listed separately.
+
+mod contender;
+mod stats;
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::exit::CliError;
+use contender::Contender;
+use stats::{CommandStats, Latencies};
+
+/// The scripts locksmith runs, fired directly for the raw ceiling.
+const ACQUIRE_LUA: &str = include_str!("../../../locksmith/src/scripts/lock_acquire.lua");
+/// See [`ACQUIRE_LUA`].
+const RELEASE_LUA: &str = include_str!("../../../locksmith/src/scripts/lock_release.lua");
+
+/// Lease passed to the raw scripts, as locksmith's default.
+const RAW_LEASE_MS: u64 = 30_000;
+
+/// How long tasks may take to finish after a phase's deadline before the
+/// phase is reported as stuck.
+const STRAGGLER_LIMIT: Duration = Duration::from_secs(15);
+
+/// How long the hand-off waiter gets to park (subscribe, or start polling)
+/// before the holder releases.
+const PARK: Duration = Duration::from_millis(20);
+
+/// Commands a client sends to lock and unlock (never run inside scripts).
+const LOCK_COMMANDS: [&str; 9] = [
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "script|load",
+    "subscribe",
+    "unsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+];
+
+/// Options of `locksmith bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    /// How long each throughput phase runs.
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_nonzero, default_value = "3s")]
+    duration: Duration,
+    /// Concurrent tasks in the throughput phases.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    tasks: u32,
+    /// Hand-offs measured per library (rslock's are capped at twice
+    /// --duration in total, as each can take up to its 200 ms back-off).
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    handoffs: u32,
+}
+
+/// What one throughput phase measured.
+#[derive(Debug, Default)]
+struct Phase {
+    /// Row label.
+    name: String,
+    /// Completed lock+release pairs (or critical sections).
+    ops: u64,
+    /// From the first task's start to the last task's end.
+    elapsed: Duration,
+    /// Time from asking for the lock to holding it, when measured.
+    waits: Option<Latencies>,
+    /// Client-sent lock commands per op.
+    lock_cmds: f64,
+    /// Breakdown of the commands per op.
+    detail: String,
+    /// Result of the correctness check, if the phase has one.
+    check: String,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs the whole benchmark and prints the report; exit code 0 whatever the
+/// numbers (the report says which targets were missed).
+pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u8, CliError> {
+    // Started here (not on the user's server) unless --redis is given, so a
+    // plain run never touches anyone's data.
+    let (_server, url, own) = match redis_flag {
+        Some(url) => (None, url, false),
+        None => {
+            let server = tokio::task::spawn_blocking(locksmith_testkit::RedisServer::start)
+                .await
+                .map_err(|e| CliError::Other(e.to_string()))?
+                .map_err(|e| CliError::Other(format!("cannot start redis-server: {e}")))?;
+            let url = server.url();
+            (Some(server), url, true)
+        }
+    };
+    let bench = Bench::connect(&url, args).await?;
+    let result = bench.run_all(own).await;
+    if !own {
+        bench.cleanup().await;
+    }
+    result.map_err(CliError::Other)?;
+    Ok(0)
+}
+
+/// Shared state of one benchmark run.
+struct Bench {
+    /// Where Redis is.
+    url: String,
+    /// Options.
+    args: BenchArgs,
+    /// A connection for INFO, PING and the critical sections' GET/SET,
+    /// separate from the libraries' own connections.
+    conn: MultiplexedConnection,
+    /// Prefix of every key this run creates, unique per run so runs against
+    /// a shared server never collide and can be cleaned up.
+    prefix: String,
+}
+
+impl Bench {
+    async fn connect(url: &str, args: BenchArgs) -> Result<Bench, CliError> {
+        let conn = connect(url).await.map_err(|e| {
+            CliError::Lock(locksmith::Error::Connect {
+                addr: url.to_owned(),
+                source: e,
+            })
+        })?;
+        Ok(Bench {
+            url: url.to_owned(),
+            args,
+            conn,
+            prefix: format!(
+                "locksmith-bench-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+        })
+    }
+
+    async fn run_all(&self, own: bool) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned();
+        println!(
+            "locksmith bench: Redis {version} at {} ({}), {} tasks, {:?} per phase, {} CPUs",
+            self.url,
+            if own {
+                "own redis-server"
+            } else {
+                "given server"
+            },
+            self.args.tasks,
+            self.args.duration,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+        );
+
+        let ping = self.ping_series(1000).await?;
+        println!(
+            "PING RTT (1000 sequential): p50 {:?}, p99 {:?}\n",
+            ping.p50(),
+            ping.p99()
+        );
+
+        let raw = self.raw().await?;
+        progress(&raw);
+        let rs_u = self.uncontended(self.rslock()).await?;
+        progress(&rs_u);
+        let ls_u = self.uncontended(self.locksmith().await?).await?;
+        progress(&ls_u);
+        let rs_c = self.contended(self.rslock()).await?;
+        progress(&rs_c);
+        let ls_c = self.contended(self.locksmith().await?).await?;
+        progress(&ls_c);
+        let ls_h = self.handoff(self.locksmith().await?).await?;
+        let rs_h = self.handoff(self.rslock()).await?;
+
+        println!();
+        print_table(&[&raw, &rs_u, &ls_u, &rs_c, &ls_c]);
+        println!();
+        println!("Hand-off (release to next holder; the release instant is taken as the middle of the release call):");
+        for (name, h) in [("locksmith", &ls_h), ("rslock", &rs_h)] {
+            println!(
+                "  {name:<10} n={:<4} p50 {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}  = {:.2} PING RTTs (p50 PING {:?} during the phase)",
+                h.handoffs.len(),
+                h.handoffs.p50(),
+                h.handoffs.p99(),
+                h.handoffs.max(),
+                ratio(h.handoffs.p50(), h.pings.p50()),
+                h.pings.p50(),
+            );
+        }
+
+        println!("\nTargets (issue 3):");
+        let u_vs_rs = ls_u.rate() / rs_u.rate().max(1e-9);
+        let u_vs_raw = ls_u.rate() / raw.rate().max(1e-9);
+        let handoff_rtts = ratio(ls_h.handoffs.p50(), ls_h.pings.p50());
+        let targets = [
+            (
+                u_vs_rs >= 1.25,
+                format!("uncontended >= 1.25x rslock: {u_vs_rs:.2}x"),
+            ),
+            (
+                u_vs_raw >= 0.6,
+                format!("uncontended >= 0.6x raw ceiling: {u_vs_raw:.2}x"),
+            ),
+            (
+                ls_c.rate() >= rs_c.rate(),
+                format!(
+                    "contended >= rslock: {:.0}/s vs {:.0}/s",
+                    ls_c.rate(),
+                    rs_c.rate()
+                ),
+            ),
+            (
+                ls_c.lock_cmds <= 3.0,
+                format!(
+                    "contended <= 3 lock commands per acquisition: {:.2}",
+                    ls_c.lock_cmds
+                ),
+            ),
+            (
+                ls_c.waits
+                    .as_ref()
+                    .is_some_and(|w| w.max() < Duration::from_secs(2)),
+                format!(
+                    "contended max wait < 2s: {:?}",
+                    ls_c.waits.as_ref().map(Latencies::max).unwrap_or_default()
+                ),
+            ),
+            (
+                handoff_rtts < 2.0,
+                format!("median hand-off < 2 PING RTTs: {handoff_rtts:.2}"),
+            ),
+        ];
+        for (pass, text) in &targets {
+            println!("  [{}] {text}", if *pass { "PASS" } else { "FAIL" });
+        }
+        let failed = targets.iter().filter(|(pass, _)| !pass).count();
+        println!("{} passed, {failed} missed", targets.len() - failed);
+        Ok(())
+    }
+
+    async fn locksmith(&self) -> Result<Contender, String> {
+        locksmith::Client::open(&self.url)
+            .await
+            .map(Contender::Locksmith)
+            .map_err(|e| e.to_string())
+    }
+
+    fn rslock(&self) -> Contender {
+        Contender::Rslock(rslock::LockManager::new(vec![self.url.clone()]))
+    }
+
+    async fn ping_series(&self, n: usize) -> Result<Latencies, String> {
+        let mut conn = self.conn.clone();
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            samples.push(ping(&mut conn).await?);
+        }
+        Ok(Latencies::new(samples))
+    }
+
+    async fn commandstats(&self) -> Result<CommandStats, String> {
+        CommandStats::read(&mut self.conn.clone())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Fills in the command counts of a finished phase; `cs_sets` is the
+    /// number of SETs the critical sections did themselves.
+    fn count_commands(
+        phase: &mut Phase,
+        before: &CommandStats,
+        after: &CommandStats,
+        cs_sets: u64,
+    ) {
+        let per_op = |n: u64| n as f64 / phase.ops.max(1) as f64;
+        let lock_sets = after.since(before, "set").saturating_sub(cs_sets);
+        phase.lock_cmds = per_op(after.since_all(before, &LOCK_COMMANDS) + lock_sets);
+        phase.detail = format!(
+            "evalsha {:.2} set {:.2} sub+unsub {:.2} | in scripts: publish {:.2}",
+            per_op(after.since_all(before, &["evalsha", "eval"])),
+            per_op(lock_sets),
+            per_op(after.since_all(before, &["subscribe", "unsubscribe"])),
+            per_op(after.since(before, "publish")),
+        );
+    }
+
+    /// The acquire and release scripts as one pipeline per pair, no client
+    /// logic: the most this Redis can do with locksmith's protocol.
+    async fn raw(&self) -> Result<Phase, String> {
+        let mut conn = connect(&self.url).await.map_err(|e| e.to_string())?;
+        let load = |lua: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(lua)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let acquire = load(ACQUIRE_LUA).await?;
+        let release = load(RELEASE_LUA).await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let before = self.commandstats().await?;
+        let prefix = self.prefix.clone();
+        let (ops, elapsed, _) = drive(self.args.tasks, self.args.duration, |i, deadline| {
+            let (mut conn, acquire, release) = (conn.clone(), acquire.clone(), release.clone());
+            let key = format!("{prefix}:raw:{i}");
+            let token = format!("redisson_lock_token:{{{key}}}");
+            let channel = format!("redisson_lock__channel:{{{key}}}");
+            let owner = format!("{}:{i}", uuid::Uuid::new_v4().hyphenated());
+            async move {
+                let mut ops = 0;
+                while Instant::now() < deadline {
+                    let (granted, freed): (Vec<i64>, Vec<i64>) = redis::pipe()
+                        .cmd("EVALSHA")
+                        .arg(&acquire)
+                        .arg(2)
+                        .arg(&key)
+                        .arg(&token)
+                        .arg(RAW_LEASE_MS)
+                        .arg(&owner)
+                        .arg(0)
+                        .cmd("EVALSHA")
+                        .arg(&release)
+                        .arg(2)
+                        .arg(&key)
+                        .arg(&channel)
+                        .arg(RAW_LEASE_MS)
+                        .arg(&owner)
+                        .arg(1)
+                        .arg(0)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if granted.first() != Some(&1) || freed.first() != Some(&1) {
+                        return Err(format!(
+                            "raw pair did not grant and free: {granted:?} {freed:?}"
+                        ));
+                    }
+                    ops += 1;
+                }
+                Ok(Outcome {
+                    ops,
+                    waits: Vec::new(),
+                })
+            }
+        })
+        .await?;
+        let after = self.commandstats().await?;
+        let mut phase = Phase {
+            name: "raw scripts (1 pipeline per pair)".into(),
+            ops,
+            elapsed,
+            check: "-".into(),
+            ..Phase::default()
+        };
+        Self::count_commands(&mut phase, &before, &after, 0);
+        Ok(phase)
+    }
+
+    /// Every task locks and releases its own key.
+    async fn uncontended(&self, contender: Contender) -> Result<Phase, String> {
+        let label = contender.label();
+        let before = self.commandstats().await?;
+        let prefix = self.prefix.clone();
+        let (ops, elapsed, waits) = drive(self.args.tasks, self.args.duration, |i, deadline| {
+            let contender = contender.clone();
+            let key = format!("{prefix}:{label}:own:{i}");
+            async move {
+                let handle = contender.handle(&key)?;
+                let mut outcome = Outcome::default();
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    let held = handle.acquire().await?;
+                    outcome.waits.push(started.elapsed());
+                    handle.release(held).await?;
+                    outcome.ops += 1;
+                }
+                Ok(outcome)
+            }
+        })
+        .await?;
+        let after = self.commandstats().await?;
+        let mut phase = Phase {
+            name: format!("{label} uncontended (own keys)"),
+            ops,
+            elapsed,
+            waits: Some(Latencies::new(waits)),
+            check: "-".into(),
+            ..Phase::default()
+        };
+        Self::count_commands(&mut phase, &before, &after, 0);
+        Ok(phase)
+    }
+
+    /// Every task increments one counter with GET + SET under one lock; the
+    /// counter must come out exact.
+    async fn contended(&self, contender: Contender) -> Result<Phase, String> {
+        let label = contender.label();
+        let key = format!("{}:{label}:contended", self.prefix);
+        let counter = format!("{}:{label}:counter", self.prefix);
+        let before = self.commandstats().await?;
+        let (ops, elapsed, waits) = drive(self.args.tasks, self.args.duration, |_, deadline| {
+            let (contender, key, counter) = (contender.clone(), key.clone(), counter.clone());
+            let mut conn = self.conn.clone();
+            async move {
+                let handle = contender.handle(&key)?;
+                let mut outcome = Outcome::default();
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    let held = handle.acquire().await?;
+                    outcome.waits.push(started.elapsed());
+                    let value: Option<u64> = redis::cmd("GET")
+                        .arg(&counter)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _: () = redis::cmd("SET")
+                        .arg(&counter)
+                        .arg(value.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    handle.release(held).await?;
+                    outcome.ops += 1;
+                }
+                Ok(outcome)
+            }
+        })
+        .await?;
+        let after = self.commandstats().await?;
+        let total: Option<u64> = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let total = total.unwrap_or(0);
+        let mut phase = Phase {
+            name: format!("{label} contended (1 key, GET+SET)"),
+            ops,
+            elapsed,
+            waits: Some(Latencies::new(waits)),
+            check: if total == ops {
+                "counter exact".into()
+            } else {
+                format!("COUNTER {total} != {ops}")
+            },
+            ..Phase::default()
+        };
+        Self::count_commands(&mut phase, &before, &after, ops);
+        Ok(phase)
+    }
+
+    /// One holder, one parked waiter: from the release to the waiter's
+    /// grant, with a PING measured just before each release.
+    async fn handoff(&self, contender: Contender) -> Result<Handoffs, String> {
+        let key = format!("{}:{}:handoff", self.prefix, contender.label());
+        let holder = contender.handle(&key)?;
+        let mut conn = self.conn.clone();
+        let cap = self.args.duration * 2;
+        let started = Instant::now();
+        let (mut handoffs, mut pings) = (Vec::new(), Vec::new());
+        while handoffs.len() < self.args.handoffs as usize && started.elapsed() < cap {
+            let held = holder.acquire().await?;
+            let waiter = contender.handle(&key)?;
+            let waiting = tokio::spawn(async move {
+                let held = waiter.acquire().await?;
+                let granted = Instant::now();
+                waiter.release(held).await?;
+                Ok::<_, String>(granted)
+            });
+            tokio::time::sleep(PARK).await;
+            pings.push(ping(&mut conn).await?);
+            let sent = Instant::now();
+            holder.release(held).await?;
+            let acked = Instant::now();
+            let granted = tokio::time::timeout(STRAGGLER_LIMIT, waiting)
+                .await
+                .map_err(|_| "hand-off waiter never got the lock".to_string())?
+                .map_err(|e| e.to_string())??;
+            let freed = sent + (acked - sent) / 2;
+            handoffs.push(granted.saturating_duration_since(freed));
+        }
+        Ok(Handoffs {
+            handoffs: Latencies::new(handoffs),
+            pings: Latencies::new(pings),
+        })
+    }
+
+    /// Deletes this run's keys from a server the run did not start.
+    async fn cleanup(&self) {
+        let mut conn = self.conn.clone();
+        let pattern = format!("*{}*", self.prefix);
+        let keys: Vec<String> = match redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut conn)
+            .await
+        {
+            Ok(keys) => keys,
+            Err(e) => {
+                eprintln!(
+                    "locksmith: warning: could not list benchmark keys ({e}); they match {pattern}"
+                );
+                return;
+            }
+        };
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEL").arg(chunk).query_async(&mut conn).await;
+        }
+    }
+}
+
+/// Hand-off samples and the PINGs taken alongside.
+struct Handoffs {
+    /// Release (middle of the call) to the waiter's grant.
+    handoffs: Latencies,
+    /// PING round trips, one before each release.
+    pings: Latencies,
+}
+
+/// What one task of a throughput phase did.
+#[derive(Debug, Default)]
+struct Outcome {
+    /// Completed operations.
+    ops: u64,
+    /// Wait per acquisition, when measured.
+    waits: Vec<Duration>,
+}
+
+/// Runs `tasks` tasks until `duration` has passed (each finishes the
+/// operation it is in); returns total ops, elapsed time and all waits.
+/// Fails if a task fails or stragglers outlive [`STRAGGLER_LIMIT`] (the
+/// `JoinSet` then aborts them).
+async fn drive<F, Fut>(
+    tasks: u32,
+    duration: Duration,
+    mut task: F,
+) -> Result<(u64, Duration, Vec<Duration>), String>
+where
+    F: FnMut(u32, Instant) -> Fut,
+    Fut: Future<Output = Result<Outcome, String>> + Send + 'static,
+{
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut set = JoinSet::new();
+    for i in 0..tasks {
+        set.spawn(task(i, deadline));
+    }
+    let (mut ops, mut waits) = (0, Vec::new());
+    loop {
+        match tokio::time::timeout_at(deadline + STRAGGLER_LIMIT, set.join_next()).await {
+            Ok(None) => break,
+            Ok(Some(Ok(Ok(outcome)))) => {
+                ops += outcome.ops;
+                waits.extend(outcome.waits);
+            }
+            Ok(Some(Ok(Err(e)))) => return Err(e),
+            Ok(Some(Err(e))) => return Err(format!("benchmark task failed: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "{} tasks still running {STRAGGLER_LIMIT:?} after the phase ended",
+                    set.len()
+                ))
+            }
+        }
+    }
+    Ok((ops, start.elapsed(), waits))
+}
+
+async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open(url)?;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no connection within 5s",
+        ))
+    })?
+}
+
+async fn ping(conn: &mut MultiplexedConnection) -> Result<Duration, String> {
+    let started = Instant::now();
+    let _: String = redis::cmd("PING")
+        .query_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(started.elapsed())
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+fn progress(phase: &Phase) {
+    eprintln!("  done: {} ({:.0}/s)", phase.name, phase.rate());
+}
+
+fn print_table(phases: &[&Phase]) {
+    println!(
+        "{:<36} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9}  {:<14} commands per op",
+        "phase", "ops/s", "ops", "p50 wait", "p99 wait", "max wait", "lock cmd", "check"
+    );
+    for p in phases {
+        let (p50, p99, max) = match &p.waits {
+            Some(w) => (
+                format!("{:.1?}", w.p50()),
+                format!("{:.1?}", w.p99()),
+                format!("{:.1?}", w.max()),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "{:<36} {:>10.0} {:>9} {:>10} {:>10} {:>10} {:>9.2}  {:<14} {}",
+            p.name,
+            p.rate(),
+            p.ops,
+            p50,
+            p99,
+            max,
+            p.lock_cmds,
+            p.check,
+            p.detail
+        );
+    }
+}

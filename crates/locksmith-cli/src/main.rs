@@ -1,0 +1,286 @@
+//! `locksmith`: a distributed `flock(1)` on Redis, lock inspection, and the
+//! project's benchmark.
+//!
+//! Map of the binary:
+//! - `main.rs`: the command line (clap derive) and dispatch.
+//! - `exit.rs`: the exit codes and the one error type that maps onto them.
+//! - `duration.rs`: the `500ms` / `2s` / `1m` duration syntax.
+//! - `run.rs`: `locksmith run`, holding a lock while a command runs.
+//! - `admin.rs`: `locksmith status` and `locksmith unlock --force`.
+//! - `bench/`: `locksmith bench`, locksmith against rslock and the raw
+//!   scripts on one Redis.
+
+mod admin;
+#[cfg(feature = "bench")]
+mod bench;
+mod duration;
+mod exit;
+mod run;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::exit::CliError;
+
+/// Where the Redis URL comes from when `--redis` is not given, in order.
+const REDIS_URL_ENVS: [&str; 2] = ["LOCKSMITH_REDIS_URL", "REDIS_URL"];
+
+/// The URL used when neither `--redis` nor an environment variable is set.
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Exit codes, shown at the end of `--help`.
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0..255  run: the command's own status (128+N when it died of signal N)
+  64      bad usage or input (unknown flag, bad duration, empty lock name)
+  69      Redis unreachable or not answering (the message names the address)
+  70      run: the lock was lost while the command ran (see --on-lost);
+          other internal errors
+  75      run: lock not acquired within --wait (change with --conflict-exit-code)
+  126/127 run: the command could not be executed / was not found";
+
+/// Distributed locks on Redis from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "locksmith", version, after_help = EXIT_CODES_HELP)]
+struct Cli {
+    /// Redis URL [default: $LOCKSMITH_REDIS_URL, then $REDIS_URL, then
+    /// redis://127.0.0.1:6379]
+    #[arg(long, global = true, value_name = "URL")]
+    redis: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run CMD while holding a distributed lock (like flock(1)).
+    ///
+    /// The lock is released when CMD exits, and locksmith exits with CMD's
+    /// status. CMD sees LOCKSMITH_LOCK_NAME and LOCKSMITH_FENCING_TOKEN in
+    /// its environment. SIGINT and SIGTERM sent to locksmith are forwarded
+    /// to CMD.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom, for how long, and its fencing
+    /// counter.
+    Status(StatusArgs),
+    /// Delete a lock whoever holds it and wake its waiters (admin).
+    Unlock(UnlockArgs),
+    /// Benchmark locksmith against rslock and the raw scripts on one Redis.
+    ///
+    /// Without --redis (the environment variables are ignored here) it
+    /// starts its own redis-server on a free port.
+    #[cfg(feature = "bench")]
+    Bench(bench::BenchArgs),
+}
+
+/// Arguments of `locksmith run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Name of the lock (its Redis key).
+    #[arg(long = "lock", value_name = "NAME", value_parser = non_empty)]
+    lock: String,
+
+    /// How long to wait for the lock: 0 tries once; absent waits forever.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    wait: Option<Duration>,
+
+    /// Lease of the lock. With renewal (the default) the watchdog renews it
+    /// every third of its length [default: 30s]; with --no-renew it is the
+    /// fixed time the lock is held at most.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse_nonzero)]
+    lease: Option<Duration>,
+
+    /// Do not renew the lease: the lock expires after --lease even if CMD
+    /// is still running (which then counts as losing the lock).
+    #[arg(long, requires = "lease")]
+    no_renew: bool,
+
+    /// What to do to CMD when the lock is lost while it runs. Whatever is
+    /// chosen, locksmith exits with 70 afterwards.
+    #[arg(long, value_enum, default_value_t = OnLost::Term)]
+    on_lost: OnLost,
+
+    /// With --on-lost term: how long CMD gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse, default_value = "10s")]
+    kill_after: Duration,
+
+    /// Exit code when the lock is not acquired within --wait.
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    conflict_exit_code: u8,
+
+    /// The command to run, and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// What `locksmith run` does to the command when the lock is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnLost {
+    /// SIGTERM, then SIGKILL after --kill-after.
+    Term,
+    /// SIGKILL at once.
+    Kill,
+    /// Let the command finish (locksmith still exits with 70).
+    Ignore,
+}
+
+/// Arguments of `locksmith status`.
+#[derive(Debug, clap::Args)]
+struct StatusArgs {
+    /// Name of the lock.
+    #[arg(value_parser = non_empty)]
+    name: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `locksmith unlock`.
+#[derive(Debug, clap::Args)]
+struct UnlockArgs {
+    /// Required: confirms deleting a lock that someone else may hold.
+    #[arg(long)]
+    force: bool,
+    /// Name of the lock.
+    #[arg(value_parser = non_empty)]
+    name: String,
+}
+
+/// Rejects empty names at parse time, with clap's usual error format.
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+/// `--redis`, else the first environment variable set, else the default.
+fn redis_url(flag: Option<String>) -> String {
+    flag.or_else(|| {
+        REDIS_URL_ENVS
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    })
+    .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap's own exit code for usage errors is 2, which scripts
+            // cannot tell apart from a command's 2; use EX_USAGE instead.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("locksmith: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let result = runtime.block_on(dispatch(cli));
+    // Background tasks (a guard released on drop, the watchdog) must not
+    // keep the process alive once the answer is known.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("locksmith: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Runs the chosen subcommand; `Ok` carries the exit code.
+async fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Run(args) => run::run(&redis_url(cli.redis), args).await,
+        Command::Status(args) => admin::status(&redis_url(cli.redis), &args.name, args.json).await,
+        Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => bench::run(cli.redis, args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_parses_flags_and_command() {
+        let cli = Cli::try_parse_from([
+            "locksmith",
+            "run",
+            "--lock",
+            "a",
+            "--wait",
+            "0",
+            "--",
+            "echo",
+            "hi",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.wait, Some(Duration::ZERO));
+        assert_eq!(args.command, ["echo", "hi"]);
+        assert_eq!(args.on_lost, OnLost::Term);
+        assert_eq!(args.conflict_exit_code, 75);
+    }
+
+    #[test]
+    fn run_rejects_bad_input() {
+        let bad: [&[&str]; 5] = [
+            &["locksmith", "run", "--lock", "", "--", "true"],
+            &[
+                "locksmith",
+                "run",
+                "--lock",
+                "a",
+                "--lease",
+                "0",
+                "--",
+                "true",
+            ],
+            &[
+                "locksmith",
+                "run",
+                "--lock",
+                "a",
+                "--wait",
+                "-1s",
+                "--",
+                "true",
+            ],
+            &[
+                "locksmith",
+                "run",
+                "--lock",
+                "a",
+                "--no-renew",
+                "--",
+                "true",
+            ],
+            &["locksmith", "run", "--lock", "a"],
+        ];
+        for args in bad {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
+}
