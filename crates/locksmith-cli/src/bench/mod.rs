@@ -91,6 +91,10 @@ struct Phase {
     waits: Option<Latencies>,
     /// Client-sent lock commands per op.
     lock_cmds: f64,
+    /// Server time per op in the top-level lock commands (scripts include
+    /// what they ran), from commandstats; tells server cost from client
+    /// cost.
+    lock_usec: f64,
     /// Breakdown of the commands per op.
     detail: String,
     /// Result of the correctness check, if the phase has one.
@@ -209,6 +213,10 @@ impl Bench {
 
         println!();
         print_table(&[&raw, &rs_u, &ls_u, &rs_c, &ls_c]);
+        println!(
+            "lock cmd: commands the client sent to lock and unlock, per op; srv µs: server time \
+             per op in them (scripts include what they ran), from INFO commandstats"
+        );
         println!();
         println!("Hand-off (release to next holder; the release instant is taken as the middle of the release call):");
         for (name, h) in [("locksmith", &ls_h), ("rslock", &rs_h)] {
@@ -247,7 +255,7 @@ impl Bench {
             (
                 ls_c.lock_cmds <= 3.0,
                 format!(
-                    "contended <= 3 lock commands per acquisition: {:.2}",
+                    "contended <= 3 lock commands per acquisition: {:.3}",
                     ls_c.lock_cmds
                 ),
             ),
@@ -310,6 +318,12 @@ impl Bench {
         let per_op = |n: u64| n as f64 / phase.ops.max(1) as f64;
         let lock_sets = after.since(before, "set").saturating_sub(cs_sets);
         phase.lock_cmds = per_op(after.since_all(before, &LOCK_COMMANDS) + lock_sets);
+        // SET time is shared with the critical section's SETs; apportion it
+        // by calls.
+        let sets = after.since(before, "set").max(1);
+        let set_usec = after.usec_since(before, &["set"]) as f64 * lock_sets as f64 / sets as f64;
+        phase.lock_usec =
+            (after.usec_since(before, &LOCK_COMMANDS) as f64 + set_usec) / phase.ops.max(1) as f64;
         phase.detail = format!(
             "evalsha {:.2} set {:.2} sub+unsub {:.2} | in scripts: publish {:.2}",
             per_op(after.since_all(before, &["evalsha", "eval"])),
@@ -642,8 +656,8 @@ fn progress(phase: &Phase) {
 
 fn print_table(phases: &[&Phase]) {
     println!(
-        "{:<36} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9}  {:<14} commands per op",
-        "phase", "ops/s", "ops", "p50 wait", "p99 wait", "max wait", "lock cmd", "check"
+        "{:<36} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9}  {:<14} commands per op",
+        "phase", "ops/s", "ops", "p50 wait", "p99 wait", "max wait", "lock cmd", "srv µs", "check"
     );
     for p in phases {
         let (p50, p99, max) = match &p.waits {
@@ -655,7 +669,7 @@ fn print_table(phases: &[&Phase]) {
             None => ("-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<36} {:>10.0} {:>9} {:>10} {:>10} {:>10} {:>9.2}  {:<14} {}",
+            "{:<36} {:>10.0} {:>9} {:>10} {:>10} {:>10} {:>9.3} {:>9.2}  {:<14} {}",
             p.name,
             p.rate(),
             p.ops,
@@ -663,6 +677,7 @@ fn print_table(phases: &[&Phase]) {
             p99,
             max,
             p.lock_cmds,
+            p.lock_usec,
             p.check,
             p.detail
         );

@@ -49,9 +49,16 @@ impl Latencies {
     }
 }
 
-/// Calls per command name (`evalsha`, `set`, ...) since the server started.
+/// Calls and server time per command name (`evalsha`, `set`, ...) since
+/// the server started.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CommandStats(HashMap<String, u64>);
+pub(crate) struct CommandStats {
+    /// Calls per command.
+    calls: HashMap<String, u64>,
+    /// Microseconds the server spent per command (for scripts, including
+    /// the commands they ran).
+    usec: HashMap<String, u64>,
+}
 
 impl CommandStats {
     /// Reads `INFO commandstats`.
@@ -65,7 +72,7 @@ impl CommandStats {
 
     /// Parses lines like `cmdstat_evalsha:calls=12,usec=34,...`.
     fn parse(info: &str) -> Self {
-        let mut calls = HashMap::new();
+        let mut stats = CommandStats::default();
         for line in info.lines() {
             let Some(rest) = line.strip_prefix("cmdstat_") else {
                 continue;
@@ -73,20 +80,34 @@ impl CommandStats {
             let Some((name, fields)) = rest.split_once(':') else {
                 continue;
             };
-            let n = fields
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0);
-            calls.insert(name.to_owned(), n);
+            let field = |key: &str| -> u64 {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            stats.calls.insert(name.to_owned(), field("calls="));
+            stats.usec.insert(name.to_owned(), field("usec="));
         }
-        CommandStats(calls)
+        stats
     }
 
     /// Calls of `name` between `before` and `self`.
     pub(crate) fn since(&self, before: &CommandStats, name: &str) -> u64 {
-        let now = self.0.get(name).copied().unwrap_or(0);
-        now.saturating_sub(before.0.get(name).copied().unwrap_or(0))
+        let now = self.calls.get(name).copied().unwrap_or(0);
+        now.saturating_sub(before.calls.get(name).copied().unwrap_or(0))
+    }
+
+    /// Server microseconds spent in `names` between `before` and `self`.
+    pub(crate) fn usec_since(&self, before: &CommandStats, names: &[&str]) -> u64 {
+        names
+            .iter()
+            .map(|n| {
+                let now = self.usec.get(*n).copied().unwrap_or(0);
+                now.saturating_sub(before.usec.get(*n).copied().unwrap_or(0))
+            })
+            .sum()
     }
 
     /// Sum of [`CommandStats::since`] over `names`.
@@ -118,5 +139,6 @@ mod tests {
         assert_eq!(after.since(&before, "set"), 7);
         assert_eq!(after.since(&before, "evalsha"), 4);
         assert_eq!(after.since_all(&before, &["set", "evalsha", "nope"]), 11);
+        assert_eq!(after.usec_since(&before, &["set", "evalsha"]), 12);
     }
 }
