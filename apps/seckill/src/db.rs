@@ -103,6 +103,9 @@ pub enum WriteOutcome {
     AlreadyWritten,
     /// The user already has another order for this voucher.
     DuplicateUser,
+    /// Another order already has this id: the id sequence restarted (Redis
+    /// lost its data) within the same second. Nothing was written.
+    IdTaken,
     /// The database's stock is exhausted: the gate in front let one buyer
     /// too many through. Nothing was written.
     StockExhausted,
@@ -263,16 +266,19 @@ impl Db {
         .await?
         .rows_affected();
         if inserted == 0 {
-            let same_id = sqlx::query("SELECT 1 FROM orders WHERE id = $1")
+            let holder = sqlx::query("SELECT voucher_id, user_id FROM orders WHERE id = $1")
                 .bind(order.id)
                 .fetch_optional(&mut *tx)
                 .await?
-                .is_some();
+                .map(|r| Ok::<_, sqlx::Error>((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
+                .transpose()?;
             tx.rollback().await?;
-            return Ok(if same_id {
-                WriteOutcome::AlreadyWritten
-            } else {
-                WriteOutcome::DuplicateUser
+            return Ok(match holder {
+                Some(owner) if owner == (order.voucher_id, order.user_id) => {
+                    WriteOutcome::AlreadyWritten
+                }
+                Some(_) => WriteOutcome::IdTaken,
+                None => WriteOutcome::DuplicateUser,
             });
         }
         let decremented =

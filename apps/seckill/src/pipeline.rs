@@ -268,6 +268,7 @@ impl Consumer {
                     WriteOutcome::Created => ("created", None),
                     WriteOutcome::AlreadyWritten => ("replayed", None),
                     WriteOutcome::DuplicateUser => ("duplicate", Some("user already has an order")),
+                    WriteOutcome::IdTaken => ("id_taken", Some("order id already taken")),
                     WriteOutcome::StockExhausted => {
                         ("stock_exhausted", Some("database stock exhausted"))
                     }

@@ -61,7 +61,8 @@ async fn take_item(
 ) -> Result<Option<String>, AppError> {
     let stock_key = keys::stock(voucher.id);
     let lock_name = keys::voucher_lock(voucher.id);
-    // Stock only goes down, so "empty" read without the lock is final: the
+    // Stock only goes down (but for an item given back after a failed
+    // write), so "empty" read without the lock is as good as final: the
     // buyers after the sell-out need not queue for the lock to hear so.
     let mut conn = state.redis();
     let left: Option<i64> = redis::cmd("GET")

@@ -112,15 +112,36 @@ async fn read_check_write(
     if stock <= 0 {
         return Ok(false);
     }
-    let _: () = redis::pipe()
-        .set(stock_key, stock - 1)
-        .ignore()
-        .sadd(keys::buyers(voucher.id), user_id)
-        .ignore()
+    // XX: write only over the value read. Had Redis lost its data since
+    // the GET, a plain SET would revive the counter from a stale value and
+    // the service would go on selling from state it no longer has.
+    let written: Option<String> = redis::cmd("SET")
+        .arg(stock_key)
+        .arg(stock - 1)
+        .arg("XX")
+        .query_async(&mut conn)
+        .await?;
+    if written.is_none() {
+        return Err(lost_state(voucher));
+    }
+    let _: () = redis::cmd("SADD")
+        .arg(keys::buyers(voucher.id))
+        .arg(user_id)
         .query_async(&mut conn)
         .await?;
     Ok(true)
 }
+
+/// Puts an item back and forgets the buyer, only while the counter exists
+/// (a counter lost with Redis' data is not revived).
+///
+/// KEYS[1] stock counter, KEYS[2] buyers set; ARGV[1] user id
+static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
+         redis.call('INCR', KEYS[1]) redis.call('SREM', KEYS[2], ARGV[1]) return 1",
+    )
+});
 
 /// Writes the order of a buyer the gate let through and answers for it.
 ///
@@ -136,12 +157,11 @@ async fn write_now(
 ) -> Result<Accepted, AppError> {
     let give_back = || async {
         let mut conn = state.redis();
-        let result: redis::RedisResult<()> = redis::pipe()
-            .incr(stock_key, 1)
-            .ignore()
-            .srem(keys::buyers(voucher.id), user_id)
-            .ignore()
-            .query_async(&mut conn)
+        let result: redis::RedisResult<i64> = GIVE_BACK
+            .key(stock_key)
+            .key(keys::buyers(voucher.id))
+            .arg(user_id)
+            .invoke_async(&mut conn)
             .await;
         if let Err(e) = result {
             tracing::error!(
@@ -151,22 +171,33 @@ async fn write_now(
             );
         }
     };
-    let mut conn = state.redis();
-    let id = match order_id::next(&mut conn).await {
-        Ok(id) => id,
-        Err(e) => {
-            give_back().await;
-            return Err(e.into());
+    // A fresh id per attempt: after Redis lost its data, the day's
+    // sequence restarts and can hand out an id taken in the same second.
+    let mut attempts = 0;
+    let (order, outcome) = loop {
+        attempts += 1;
+        let mut conn = state.redis();
+        let id = match order_id::next(&mut conn).await {
+            Ok(id) => id,
+            Err(e) => {
+                give_back().await;
+                return Err(e.into());
+            }
+        };
+        let order = Order {
+            id,
+            voucher_id: voucher.id,
+            user_id,
+        };
+        let started = Instant::now();
+        let outcome = state.db().write_order(&order).await;
+        metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(WriteOutcome::IdTaken) if attempts < 5 => continue,
+            other => break (order, other),
         }
     };
-    let order = Order {
-        id,
-        voucher_id: voucher.id,
-        user_id,
-    };
-    let started = Instant::now();
-    let outcome = state.db().write_order(&order).await;
-    metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
+    let id = order.id;
     match outcome {
         Ok(WriteOutcome::Created) | Ok(WriteOutcome::AlreadyWritten) => {
             metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
@@ -178,6 +209,10 @@ async fn write_now(
         Ok(WriteOutcome::DuplicateUser) => {
             give_back().await;
             Err(AppError::AlreadyBought)
+        }
+        Ok(WriteOutcome::IdTaken) => {
+            give_back().await;
+            Err(AppError::Unavailable("no free order id".into()))
         }
         Ok(WriteOutcome::StockExhausted) => {
             state

@@ -29,8 +29,9 @@ pub(super) async fn take_item(
 ) -> Result<Option<String>, AppError> {
     let n = voucher.segments.max(1);
     let start = user_id.rem_euclid(n);
-    // Stock only goes down, so a segment read as empty without its lock is
-    // empty for good: skip it instead of queueing for its lock.
+    // Stock only goes down (but for an item given back after a failed
+    // write), so a segment read as empty without its lock is skipped
+    // instead of queueing for its lock.
     let keys: Vec<String> = (0..n).map(|s| keys::segment_stock(voucher.id, s)).collect();
     let mut conn = state.redis();
     let left: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query_async(&mut conn).await?;
