@@ -52,6 +52,10 @@ struct Channel {
     /// channel knows no release slipped in between, and can skip the
     /// re-check.
     seq: u64,
+    /// When the lock's current holder's lease runs out, as last reported by
+    /// a waiter's busy answer: lets a newcomer queue behind existing waiters
+    /// without a round trip, with a bounded fallback wake-up.
+    busy_until: Option<Instant>,
 }
 
 /// Requests to the connection task.
@@ -149,6 +153,19 @@ impl NotifyHub {
             .map(|ch| ch.seq)
     }
 
+    /// When other waiters of this client already queue on a confirmed
+    /// subscription of `channel`, the holder's lease end they last saw.
+    /// A newcomer can then join the queue without trying first: the lock is
+    /// known to be held, and a release will wake the queue in order.
+    pub(crate) fn busy_until(&self, channel: &str) -> Option<Instant> {
+        let channels = self.shared.lock();
+        let ch = channels.get(channel)?;
+        if !*ch.ready.borrow() || ch.queue.is_empty() {
+            return None;
+        }
+        ch.busy_until.filter(|t| *t > Instant::now())
+    }
+
     /// Joins the queue of `channel`, subscribing if this is its first
     /// waiter, and waits (at most the hub's timeout) until the subscription
     /// is confirmed. Re-check the resource after this returns.
@@ -169,6 +186,7 @@ impl NotifyHub {
                             queue: VecDeque::from([slot.clone()]),
                             ready: tx,
                             seq: 0,
+                            busy_until: None,
                         },
                     );
                     (rx, true)
@@ -206,6 +224,13 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
+    /// Records a busy answer: the holder's lease runs until `until`.
+    pub(crate) fn note_busy(&self, until: Instant) {
+        if let Some(ch) = self.shared.lock().get_mut(&self.channel) {
+            ch.busy_until = Some(until);
+        }
+    }
+
     /// Sleeps until a message wakes this waiter or `until` passes. Returns
     /// true when woken by a message.
     pub(crate) async fn wait_until(&self, until: Instant) -> bool {

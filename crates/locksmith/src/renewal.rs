@@ -81,6 +81,11 @@ struct Shared {
     /// `Renewer` is dropped. Its own `Arc` so the sleeping task does not
     /// keep `Shared` alive.
     wake: Arc<Notify>,
+    /// When the task plans to wake next. Written and read only while
+    /// `entries` is locked, so a registration either is seen by the task's
+    /// scan or sees the plan that scan produced, and wakes the task only if
+    /// it needs attention sooner.
+    planned_wake: Mutex<Option<Instant>>,
     /// Whether the task has been spawned (it starts on first use, inside
     /// the caller's runtime).
     started: std::sync::Once,
@@ -162,6 +167,7 @@ impl Renewer {
                 entries: Mutex::new(HashMap::new()),
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
+                planned_wake: Mutex::new(None),
                 started: std::sync::Once::new(),
             }),
             conn,
@@ -180,6 +186,11 @@ impl Renewer {
             .shared
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first_event = if hold.renew {
+            sent_at + hold.lease / 3
+        } else {
+            state.deadline()
+        };
         let entry = Entry {
             next_renewal: sent_at + hold.lease / 3,
             hold,
@@ -187,11 +198,22 @@ impl Renewer {
             in_flight: false,
             retrying: false,
         };
-        self.shared.lock_entries().insert(id, entry);
+        let wake = {
+            let mut entries = self.shared.lock_entries();
+            entries.insert(id, entry);
+            let planned = *self
+                .shared
+                .planned_wake
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            planned.is_none_or(|p| first_event < p)
+        };
         self.shared.started.call_once(|| {
             tokio::spawn(run(Arc::downgrade(&self.shared), self.conn.clone()));
         });
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Registration {
             id,
             shared: Arc::downgrade(&self.shared),
@@ -248,6 +270,12 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
                     wake_at = wake_at.min(entry.next_renewal);
                 }
             }
+            // Entries in flight are rescheduled when their call completes,
+            // which wakes the task.
+            *strong
+                .planned_wake
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(wake_at);
         }
         for chunk in batch.chunks(MAX_BATCH) {
             tokio::spawn(renew_batch(

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::lease::{LeaseState, LostSignal};
 use crate::lock::simple::SimpleLock;
 use crate::lock::Lock;
@@ -102,8 +104,11 @@ impl LockGuard {
         self.lease.signal()
     }
 
-    /// Releases this hold. The release runs to completion even if the
-    /// returned future is dropped.
+    /// Releases this hold.
+    ///
+    /// If the returned future is dropped before it completes, the guard's
+    /// drop sends the release again in the background; the release scripts
+    /// recognize a resend, so the hold is released exactly once.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the lock had already been lost (expired or
@@ -111,23 +116,21 @@ impl LockGuard {
     /// another holder since. Connection errors and timeouts when Redis
     /// cannot be reached (the lease then runs out on its own).
     pub async fn release(mut self) -> Result<()> {
-        let Some(holder) = self.holder.take() else {
-            return Ok(());
+        let result = match &self.holder {
+            Some(holder) => holder.release().await,
+            None => Ok(()),
         };
-        match tokio::spawn(holder.release()).await {
-            Ok(result) => result,
-            Err(e) => Err(Error::Redis(redis::RedisError::from(
-                std::io::Error::other(format!("release task failed: {e}")),
-            ))),
-        }
+        // Completed: nothing left for drop to do.
+        self.holder = None;
+        result
     }
 }
 
 impl Holder {
-    async fn release(self) -> Result<()> {
+    async fn release(&self) -> Result<()> {
         match self {
             Holder::Reentrant(lock) => lock.release_one().await,
-            Holder::Simple { lock, token, .. } => lock.release_token(&token).await,
+            Holder::Simple { lock, token, .. } => lock.release_token(token).await,
         }
     }
 }

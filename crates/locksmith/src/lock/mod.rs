@@ -290,33 +290,48 @@ impl Lock {
             .unwrap_or_else(|| self.shared.client.config().lease)
     }
 
-    /// The acquire loop: try; if busy, join the channel's waiters, try again
-    /// if a release may have slipped in before joining (always when the
-    /// subscription is new), then sleep until woken or until the holder's lease or
+    /// The acquire loop: try (or, when this client's waiters already queue
+    /// for the lock, join them directly); if busy, join the channel's
+    /// waiters, try again if a release may have slipped in before joining
+    /// (always when the subscription is new), then sleep until woken or until the holder's lease or
     /// our wait runs out, and try again.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let hub = self.shared.client.hub();
-        let seen = hub.seq(&self.shared.channel);
-        let mut pttl = match self.attempt().await? {
-            Attempt::Granted(guard) => return Ok(Some(guard)),
-            Attempt::Busy(pttl) => pttl,
+        let channel = &self.shared.channel;
+        let seen = hub.seq(channel);
+        // Other waiters of this client queue already: the lock is held, so
+        // join them without a round trip (unless only one try is wanted).
+        let queued = match wait {
+            Some(w) if w.is_zero() => None,
+            _ => hub.busy_until(channel),
+        };
+        let mut busy_until = match queued {
+            Some(until) => until,
+            None => match self.attempt().await? {
+                Attempt::Granted(guard) => return Ok(Some(guard)),
+                Attempt::Busy(pttl) => Instant::now() + pttl,
+            },
         };
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        let waiter = hub.register(&self.shared.channel).await;
+        let waiter = hub.register(channel).await;
+        waiter.note_busy(busy_until);
         // Re-check unless the channel was already subscribed before the
         // attempt and no message arrived since: then no release can have
         // slipped between the attempt and joining the queue.
-        let mut recheck = seen.is_none() || hub.seq(&self.shared.channel) != seen;
+        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
         loop {
             if recheck {
-                pttl = match self.attempt().await? {
+                match self.attempt().await? {
                     Attempt::Granted(guard) => return Ok(Some(guard)),
-                    Attempt::Busy(pttl) => pttl,
-                };
+                    Attempt::Busy(pttl) => {
+                        busy_until = Instant::now() + pttl;
+                        waiter.note_busy(busy_until);
+                    }
+                }
             }
             recheck = true;
             let now = Instant::now();
@@ -324,7 +339,7 @@ impl Lock {
                 return Ok(None);
             }
             // A lost message costs at most the holder's remaining lease.
-            let mut until = now + pttl;
+            let mut until = busy_until;
             if let Some(d) = deadline {
                 until = until.min(d);
             }
