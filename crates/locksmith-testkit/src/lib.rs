@@ -6,9 +6,30 @@
 //!
 //! - [`RedisServer`] (`server.rs`): one node that can be restarted, paused
 //!   and killed.
+//! - [`RedisNodes`] (`nodes.rs`): N independent nodes, for Redlock.
+//! - [`RedisCluster`] (`cluster.rs`): six nodes in a Redis Cluster, three
+//!   primaries with a replica each, with manual and automatic failover.
+//! - [`SentinelGroup`] (`sentinel.rs`): a primary, two replicas and three
+//!   Sentinels, with a failover on demand.
+//! - [`FaultProxy`] (`proxy.rs`): a TCP proxy in front of any of them that
+//!   passes, delays, black-holes or resets traffic on command.
+//!
+//! Private helpers: `process.rs` spawns children that die with the test
+//! process, `admin.rs` asks nodes about their state within bounded waits.
+//!
+//! Every wait is bounded; a wait that gives up says what state it last saw.
 #![warn(missing_docs)]
 
+mod admin;
+mod cluster;
+mod nodes;
 mod process;
+mod proxy;
+mod sentinel;
 mod server;
 
-pub use server::{RedisServer, RedisServerBuilder};
+pub use cluster::RedisCluster;
+pub use nodes::RedisNodes;
+pub use proxy::{FaultMode, FaultProxy};
+pub use sentinel::SentinelGroup;
+pub use server::{RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};

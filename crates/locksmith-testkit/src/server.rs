@@ -24,6 +24,9 @@ pub struct RedisServerBuilder {
     args: Vec<String>,
     /// A fixed port instead of a free one (used by `restart`).
     port: Option<u16>,
+    /// Contents of a config file passed as the first argument. Sentinel
+    /// insists on one it can rewrite, so it lives in the server's directory.
+    config_file: Option<String>,
 }
 
 impl RedisServerBuilder {
@@ -44,6 +47,14 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Writes `contents` to `redis.conf` in the server's directory and starts
+    /// the server with it. The server may rewrite the file (Sentinel does);
+    /// a restart reuses the rewritten file.
+    pub fn config_file(mut self, contents: impl Into<String>) -> Self {
+        self.config_file = Some(contents.into());
+        self
+    }
+
     /// Starts the server and waits until it answers `PING`.
     ///
     /// # Errors
@@ -53,6 +64,14 @@ impl RedisServerBuilder {
         let dir = tempfile::Builder::new()
             .prefix("locksmith-redis-")
             .tempdir()?;
+        let conf = match &self.config_file {
+            Some(contents) => {
+                let path = conf_path(dir.path());
+                std::fs::write(&path, contents)?;
+                Some(path)
+            }
+            None => None,
+        };
         // A free port can be taken by someone else between probing and the
         // server binding it; try a few times with fresh ports.
         let mut last_err = None;
@@ -61,11 +80,12 @@ impl RedisServerBuilder {
                 Some(p) => p,
                 None => free_port()?,
             };
-            match launch(port, &self.args, dir.path()) {
+            match launch(port, &self.args, conf.as_deref(), dir.path()) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
                         args: self.args,
+                        conf,
                         dir,
                         child: Some(child),
                     })
@@ -86,6 +106,8 @@ pub struct RedisServer {
     port: u16,
     /// Extra arguments, replayed on restart.
     args: Vec<String>,
+    /// The config file, if any; reused as rewritten by the server on restart.
+    conf: Option<PathBuf>,
     /// Working directory (cluster config, logs); deleted on drop.
     dir: tempfile::TempDir,
     /// The live process, or `None` after `kill`.
@@ -150,7 +172,7 @@ impl RedisServer {
         // restart right after a kill can still race the kernel; retry briefly.
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            match launch(self.port, &self.args, self.dir.path()) {
+            match launch(self.port, &self.args, self.conf.as_deref(), self.dir.path()) {
                 Ok(child) => {
                     self.child = Some(child);
                     return Ok(());
@@ -224,6 +246,10 @@ fn log_path(dir: &Path) -> PathBuf {
     dir.join("redis.log")
 }
 
+fn conf_path(dir: &Path) -> PathBuf {
+    dir.join("redis.conf")
+}
+
 fn log_tail(dir: &Path) -> String {
     let log = std::fs::read_to_string(log_path(dir)).unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
@@ -233,29 +259,32 @@ fn log_tail(dir: &Path) -> String {
 /// Spawns `redis-server` on `port` with the base options plus `extra`, and
 /// waits until it answers `PING`. On failure the process is killed and the
 /// error carries the tail of its log.
-fn launch(port: u16, extra: &[String], dir: &Path) -> io::Result<Child> {
+fn launch(port: u16, extra: &[String], conf: Option<&Path>, dir: &Path) -> io::Result<Child> {
     let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
-    let mut args: Vec<String> = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--protected-mode",
-        "no",
-        "--daemonize",
-        "no",
-        "--dir",
-        &dir.display().to_string(),
-        "--logfile",
-        &log_path(dir).display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    // redis-server only takes a config file as its first argument.
+    let mut args: Vec<String> = conf.map(|p| p.display().to_string()).into_iter().collect();
+    args.extend(
+        [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            &dir.display().to_string(),
+            "--logfile",
+            &log_path(dir).display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     args.extend(extra.iter().cloned());
     let mut child = spawn_guarded(&binary, &args, |cmd| {
         cmd.stdin(Stdio::null())
