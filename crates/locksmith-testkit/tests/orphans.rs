@@ -90,6 +90,8 @@ fn run_child_and_check(how: &str) {
 
     let servers = read_pids(&pid_file);
     assert_eq!(servers.len(), SERVERS, "the child recorded all its servers");
+    // Checked by pid, not by port: another test may already have been
+    // given the freed port.
     for &(pid, port) in &servers {
         // The kernel delivers the parent-death signal at once, but the
         // process may take a moment to die.
@@ -103,10 +105,6 @@ fn run_child_and_check(how: &str) {
         assert!(
             gone,
             "redis-server pid {pid} (port {port}) outlived its {how} parent"
-        );
-        assert!(
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
-            "nothing answers on port {port} any more"
         );
     }
 }

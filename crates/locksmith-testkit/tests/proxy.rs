@@ -86,16 +86,14 @@ fn reset_drops_open_and_new_connections() {
 }
 
 #[test]
-fn drop_closes_the_listener_and_connections() {
+fn drop_stops_the_proxy_and_closes_connections() {
     let server = RedisServer::start().unwrap();
     let proxy = FaultProxy::start(&server.addr()).unwrap();
-    let addr = proxy.addr();
     let mut conn = connect(&proxy).unwrap();
     assert_eq!(ping(&mut conn).unwrap(), "PONG");
+    // Drop joins the proxy's threads, so it returning at all shows they
+    // stopped. (Not checked: that the port is free; a concurrent test may
+    // already have been given it.)
     drop(proxy);
     assert!(ping(&mut conn).is_err(), "the proxied connection is closed");
-    assert!(
-        std::net::TcpStream::connect(&addr).is_err(),
-        "nobody listens on {addr} any more"
-    );
 }
