@@ -196,13 +196,7 @@ impl Lock {
     /// # Errors
     /// Connection errors and timeouts.
     pub async fn is_locked(&self) -> Result<bool> {
-        let mut conn = self.shared.client.connection();
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(&self.shared.name)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.map_err(e))?;
-        Ok(n == 1)
+        key_exists(&self.shared.client, &self.shared.name).await
     }
 
     /// This owner's hold count according to the server (0 when it does
@@ -267,17 +261,7 @@ impl Lock {
     /// # Errors
     /// Connection errors and timeouts.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
-        invocation
-            .key(&self.shared.name)
-            .key(&self.shared.channel)
-            .arg(keys::UNLOCK_MESSAGE);
-        let deleted: i64 = self
-            .shared
-            .client
-            .invoke(&invocation, &self.shared.name)
-            .await?;
-        Ok(deleted == 1)
+        force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
     }
 
     fn map_err(&self, err: redis::RedisError) -> Error {
@@ -447,6 +431,26 @@ impl Lock {
         let mut state = self.shared.state.lock().await;
         release_locked(&self.shared, &mut state, self.lease()).await
     }
+}
+
+/// Whether the lock key exists (shared by both lock kinds).
+async fn key_exists(client: &Client, name: &str) -> Result<bool> {
+    let mut conn = client.connection();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| client.map_err(e, Some(name)))?;
+    Ok(n == 1)
+}
+
+/// Deletes a lock key whoever holds it and publishes the release message
+/// (shared by both lock kinds).
+async fn force_unlock(client: &Client, name: &str, channel: &str) -> Result<bool> {
+    let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+    invocation.key(name).key(channel).arg(keys::UNLOCK_MESSAGE);
+    let deleted: i64 = client.invoke(&invocation, name).await?;
+    Ok(deleted == 1)
 }
 
 /// The release script, resent on a lost reply, with the owner's state

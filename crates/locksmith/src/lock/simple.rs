@@ -124,13 +124,7 @@ impl SimpleLock {
     /// # Errors
     /// Connection errors and timeouts.
     pub async fn is_locked(&self) -> Result<bool> {
-        let mut conn = self.shared.client.connection();
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(&self.shared.name)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.shared.client.map_err(e, Some(&self.shared.name)))?;
-        Ok(n == 1)
+        super::key_exists(&self.shared.client, &self.shared.name).await
     }
 
     /// Deletes the lock whoever holds it; returns whether it existed.
@@ -138,17 +132,7 @@ impl SimpleLock {
     /// # Errors
     /// Connection errors and timeouts.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
-        invocation
-            .key(&self.shared.name)
-            .key(&self.shared.channel)
-            .arg(keys::UNLOCK_MESSAGE);
-        let deleted: i64 = self
-            .shared
-            .client
-            .invoke(&invocation, &self.shared.name)
-            .await?;
-        Ok(deleted == 1)
+        super::force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
     }
 
     fn lease(&self) -> Duration {
