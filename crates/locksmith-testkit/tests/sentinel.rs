@@ -30,7 +30,7 @@ fn sentinel_failover_promotes_a_replica_and_clients_follow() {
 
     let mut sentinel = SentinelClient::build(
         group.sentinel_urls(),
-        group.master_name().to_owned(),
+        group.master_name(),
         None,
         SentinelServerType::Master,
     )
