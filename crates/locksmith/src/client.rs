@@ -12,9 +12,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use uuid::Uuid;
 
+use crate::batch::Batcher;
 use crate::error::{Error, Result};
+use crate::lock::Handoffs;
 use crate::notify::NotifyHub;
 use crate::renewal::Renewer;
+use crate::scripts;
 
 /// Options for a [`Client`], set through [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -30,6 +33,9 @@ pub(crate) struct Config {
     /// Upper bound on primitive names, so a runaway caller cannot create
     /// huge keys.
     pub(crate) max_name_len: usize,
+    /// Consecutive local hand-offs of one lock before a release frees it
+    /// for everyone (0 disables hand-off).
+    pub(crate) max_local_handoffs: u32,
 }
 
 impl Default for Config {
@@ -39,6 +45,7 @@ impl Default for Config {
             command_timeout: ClientBuilder::DEFAULT_COMMAND_TIMEOUT,
             lease: ClientBuilder::DEFAULT_LEASE,
             max_name_len: ClientBuilder::DEFAULT_MAX_NAME_LEN,
+            max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
         }
     }
 }
@@ -73,6 +80,8 @@ impl ClientBuilder {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
     /// Default cap on primitive names: 64 KiB.
     pub const DEFAULT_MAX_NAME_LEN: usize = 64 * 1024;
+    /// Default cap on consecutive local hand-offs of one lock: 16.
+    pub const DEFAULT_MAX_LOCAL_HANDOFFS: u32 = 16;
 
     /// Starts a builder for the Redis server at `url` (`redis://host:port/db`).
     pub fn new(url: impl Into<String>) -> Self {
@@ -106,6 +115,21 @@ impl ClientBuilder {
     /// The longest accepted primitive name in bytes (default 64 KiB).
     pub fn max_name_len(mut self, len: usize) -> Self {
         self.config.max_name_len = len;
+        self
+    }
+
+    /// How many times in a row a lock may be handed from one owner of this
+    /// client straight to another that waits for it (default 16; 0
+    /// disables local hand-off).
+    ///
+    /// A local hand-off grants the lock to the next waiter of this client in
+    /// the release's own script call, saving the waiter a round trip; it
+    /// sends no release message, so waiters in other processes only get
+    /// their chance when the streak ends and the lock is freed for real.
+    /// Lower values favour fairness across processes, higher values
+    /// throughput inside one. See docs/locks.md.
+    pub fn max_local_handoffs(mut self, n: u32) -> Self {
+        self.config.max_local_handoffs = n;
         self
     }
 
@@ -160,6 +184,9 @@ impl ClientBuilder {
                 addr,
                 hub: NotifyHub::new(redis, config.connect_timeout.max(config.command_timeout)),
                 renewer: Renewer::new(conn.clone()),
+                acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone()),
+                release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone()),
+                handoffs: Handoffs::new(config.max_local_handoffs),
                 conn,
                 config,
             }),
@@ -193,6 +220,12 @@ struct Inner {
     hub: NotifyHub,
     /// The watchdog renewing this client's leases.
     renewer: Renewer,
+    /// Coalesces concurrent lock acquires into shared script calls.
+    acquire_batch: Batcher,
+    /// Coalesces concurrent lock releases into shared script calls.
+    release_batch: Batcher,
+    /// Waiters parked for local hand-off, by lock name.
+    handoffs: Handoffs,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure.
     conn: ConnectionManager,
@@ -267,6 +300,34 @@ impl Client {
     /// The watchdog of this client.
     pub(crate) fn renewer(&self) -> &Renewer {
         &self.inner.renewer
+    }
+
+    /// The acquire-script batcher.
+    pub(crate) fn acquire_batch(&self) -> &Batcher {
+        &self.inner.acquire_batch
+    }
+
+    /// The release-script batcher.
+    pub(crate) fn release_batch(&self) -> &Batcher {
+        &self.inner.release_batch
+    }
+
+    /// The local hand-off registry.
+    pub(crate) fn handoffs(&self) -> &Handoffs {
+        &self.inner.handoffs
+    }
+
+    /// Number of lock waiters parked for local hand-off, for diagnostics
+    /// and tests.
+    pub fn parked_waiter_count(&self) -> usize {
+        self.inner.handoffs.len()
+    }
+
+    /// Number of locks this client has handed from one of its owners
+    /// straight to another (see [`ClientBuilder::max_local_handoffs`]), for
+    /// diagnostics and tests.
+    pub fn local_handoff_count(&self) -> u64 {
+        self.inner.handoffs.completed()
     }
 
     /// Number of pub/sub channels this client is subscribed to (or

@@ -18,6 +18,7 @@
 //! - `validate.rs`: the checks every call runs on its input.
 #![warn(missing_docs)]
 
+mod batch;
 mod client;
 mod error;
 mod keys;

@@ -26,22 +26,25 @@ async fn dropped_acquires_leave_nothing_behind() {
     let other = common::client(&server, Duration::from_secs(2)).await;
     let name = "cancel-me";
 
-    // A second client takes and releases the lock in a loop, so cancelled
-    // acquires hit every state: free, busy, waiting, being woken.
+    // A second client and a second owner of the same client take and
+    // release the lock in loops, so cancelled acquires hit every state:
+    // free, busy, waiting, being woken, being handed the lock locally.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let contender = {
-        let stop = stop.clone();
-        let lock = other.lock(name).unwrap();
-        tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(Some(g)) = lock.try_lock_for(Duration::from_millis(50)).await {
-                    tokio::time::sleep(Duration::from_micros(300)).await;
-                    let _ = g.release().await;
+    let contenders: Vec<_> = [other.lock(name).unwrap(), client.lock(name).unwrap()]
+        .into_iter()
+        .map(|lock| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(Some(g)) = lock.try_lock_for(Duration::from_millis(50)).await {
+                        tokio::time::sleep(Duration::from_micros(300)).await;
+                        let _ = g.release().await;
+                    }
+                    tokio::task::yield_now().await;
                 }
-                tokio::task::yield_now().await;
-            }
+            })
         })
-    };
+        .collect();
 
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut acquired = 0;
@@ -73,23 +76,31 @@ async fn dropped_acquires_leave_nothing_behind() {
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    contender.await.unwrap();
+    for contender in contenders {
+        contender.await.unwrap();
+    }
     assert!(acquired > 0, "some acquires must have completed");
+    assert!(
+        client.local_handoff_count() > 0,
+        "local hand-offs were exercised"
+    );
 
     // Rollbacks and drop-releases run in the background; give them a moment.
     let clean = eventually(Duration::from_secs(10), || async {
         keys(&server) == vec![format!("redisson_lock_token:{{{name}}}")]
             && client.subscription_count() == 0
             && client.tracked_lease_count() == 0
+            && client.parked_waiter_count() == 0
             && other.tracked_lease_count() == 0
     })
     .await;
     assert!(
         clean,
-        "left behind: keys {:?}, subscriptions {}, leases {}",
+        "left behind: keys {:?}, subscriptions {}, leases {}, parked {}",
         keys(&server),
         client.subscription_count(),
-        client.tracked_lease_count()
+        client.tracked_lease_count(),
+        client.parked_waiter_count()
     );
     let mut conn = server.connection().unwrap();
     let numsub: (String, u64) = redis::cmd("PUBSUB")

@@ -46,57 +46,133 @@ fn conn(server: &RedisServer) -> redis::Connection {
     server.connection().unwrap()
 }
 
+/// One acquire request of the batch script: (lock, owner, expected count).
+type AcquireReq<'a> = (&'a str, &'a str, u32);
+
+/// Runs the acquire script with the given requests in one call.
+fn acquire_batch(c: &mut redis::Connection, reqs: &[AcquireReq]) -> Vec<redis::Value> {
+    let script = Script::new(include_str!("../src/scripts/lock_acquire.lua"));
+    let mut inv = script.prepare_invoke();
+    for (name, _, _) in reqs {
+        inv.key(*name)
+            .key(format!("redisson_lock_token:{{{name}}}"));
+    }
+    for (_, owner, expected) in reqs {
+        inv.arg(10_000).arg(*owner).arg(*expected);
+    }
+    inv.invoke(c).unwrap()
+}
+
+/// Runs the release script for one request: (lock, owner, expected count,
+/// successor or "").
+fn release_one(
+    c: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    expected: u32,
+    successor: &str,
+) -> (i64, i64) {
+    let script = Script::new(include_str!("../src/scripts/lock_release.lua"));
+    let replies: Vec<(i64, i64)> = script
+        .key(name)
+        .key(format!("redisson_lock__channel:{{{name}}}"))
+        .key(format!("redisson_lock_token:{{{name}}}"))
+        .arg(10_000)
+        .arg(owner)
+        .arg(expected)
+        .arg(0)
+        .arg(successor)
+        .arg(10_000)
+        .invoke(c)
+        .unwrap();
+    replies[0]
+}
+
+fn acquire_one(
+    c: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    expected: u32,
+) -> (i64, i64, i64) {
+    redis::from_redis_value(acquire_batch(c, &[(name, owner, expected)]).remove(0)).unwrap()
+}
+
 #[test]
 fn resent_acquire_and_release_do_not_double_count() {
     let server = RedisServer::start().unwrap();
     let mut c = conn(&server);
-    let acquire = Script::new(include_str!("../src/scripts/lock_acquire.lua"));
-    let release = Script::new(include_str!("../src/scripts/lock_release.lua"));
     let owner = "00000000-0000-4000-8000-000000000000:1";
-    let run_acquire = |c: &mut redis::Connection, expected: u32| -> (i64, i64, i64) {
-        acquire
-            .key("idem")
-            .key("redisson_lock_token:{idem}")
-            .arg(10_000)
-            .arg(owner)
-            .arg(expected)
-            .invoke(c)
-            .unwrap()
-    };
-    let run_release = |c: &mut redis::Connection, expected: u32| -> (i64, i64) {
-        release
-            .key("idem")
-            .key("redisson_lock__channel:{idem}")
-            .arg(10_000)
-            .arg(owner)
-            .arg(expected)
-            .arg(0)
-            .invoke(c)
-            .unwrap()
-    };
     let count = |c: &mut redis::Connection| -> Option<i64> {
         redis::cmd("HGET").arg("idem").arg(owner).query(c).unwrap()
     };
 
     // First grant, then its resend: one hold, one fencing token.
-    assert_eq!(run_acquire(&mut c, 0), (1, 1, 1));
-    assert_eq!(run_acquire(&mut c, 0), (1, 1, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1, 1));
     assert_eq!(count(&mut c), Some(1));
     // Reentrant grant and its resend: two holds.
-    assert_eq!(run_acquire(&mut c, 1), (1, 1, 2));
-    assert_eq!(run_acquire(&mut c, 1), (1, 1, 2));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
     assert_eq!(count(&mut c), Some(2));
     // Release from 2 and its resend: one hold left.
-    assert_eq!(run_release(&mut c, 2), (2, 1));
-    assert_eq!(run_release(&mut c, 2), (2, 1));
+    assert_eq!(release_one(&mut c, "idem", owner, 2, ""), (2, 1));
+    assert_eq!(release_one(&mut c, "idem", owner, 2, ""), (2, 1));
     assert_eq!(count(&mut c), Some(1));
     // Final release frees; its resend finds nothing (the client treats a
     // "gone" answer to a resent final release as success).
-    assert_eq!(run_release(&mut c, 1), (1, 0));
-    assert_eq!(run_release(&mut c, 1), (0, 0));
+    assert_eq!(release_one(&mut c, "idem", owner, 1, ""), (1, 0));
+    assert_eq!(release_one(&mut c, "idem", owner, 1, ""), (0, 0));
     assert_eq!(count(&mut c), None);
     // A count the server does not agree with is reported, not papered over.
-    assert_eq!(run_acquire(&mut c, 3).0, -1);
+    assert_eq!(acquire_one(&mut c, "idem", owner, 3).0, -1);
     // The next grant from free has a larger token.
-    assert_eq!(run_acquire(&mut c, 0), (1, 2, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 2, 1));
+}
+
+#[test]
+fn handoff_release_is_idempotent_and_issues_a_new_token() {
+    let server = RedisServer::start().unwrap();
+    let mut c = conn(&server);
+    let a = "00000000-0000-4000-8000-000000000000:1";
+    let b = "00000000-0000-4000-8000-000000000000:2";
+    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 1, 1));
+    // Final release with a successor: b holds once, with the next token.
+    assert_eq!(release_one(&mut c, "ho", a, 1, b), (3, 2));
+    let holders: Vec<(String, i64)> = redis::cmd("HGETALL").arg("ho").query(&mut c).unwrap();
+    assert_eq!(holders, vec![(b.to_owned(), 1)]);
+    let ttl: i64 = redis::cmd("PTTL").arg("ho").query(&mut c).unwrap();
+    assert!(ttl > 9_000, "successor's lease set, got {ttl}");
+    // The resend recognizes the landed hand-off instead of reporting "not
+    // held", and changes nothing.
+    assert_eq!(release_one(&mut c, "ho", a, 1, b), (3, 2));
+    assert_eq!(acquire_one(&mut c, "ho", b, 0), (1, 2, 1));
+    // A release with holds left never hands off.
+    assert_eq!(acquire_one(&mut c, "ho", b, 1), (1, 2, 2));
+    assert_eq!(release_one(&mut c, "ho", b, 2, a), (2, 1));
+    // A non-owner's release hands nothing to anyone.
+    assert_eq!(release_one(&mut c, "ho", a, 1, a), (0, 0));
+    assert_eq!(release_one(&mut c, "ho", b, 1, ""), (1, 0));
+}
+
+#[test]
+fn one_bad_request_in_a_batch_does_not_fail_the_others() {
+    let server = RedisServer::start().unwrap();
+    let mut c = conn(&server);
+    let _: () = redis::cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let replies = acquire_batch(
+        &mut c,
+        &[("one", owner, 0), ("str", owner, 0), ("two", owner, 0)],
+    );
+    assert_eq!(replies.len(), 3);
+    let first: (i64, i64, i64) = redis::from_redis_value(replies[0].clone()).unwrap();
+    assert_eq!(first, (1, 1, 1));
+    let (status, message): (i64, String) = redis::from_redis_value(replies[1].clone()).unwrap();
+    assert_eq!(status, -2);
+    assert!(message.starts_with("WRONGTYPE"), "{message}");
+    let third: (i64, i64, i64) = redis::from_redis_value(replies[2].clone()).unwrap();
+    assert_eq!(third, (1, 1, 1));
+    // The string was left alone.
+    let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
+    assert_eq!(v, "x");
 }

@@ -9,6 +9,7 @@
 //! that re-enters the lock passes the same handle (or a clone) down.
 
 mod guard;
+mod handoff;
 mod simple;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +25,10 @@ use crate::renewal::{Hold, Ownership, Registration};
 use crate::{keys, scripts, validate};
 
 pub use guard::LockGuard;
+pub(crate) use handoff::Handoffs;
 pub use simple::SimpleLock;
+
+use handoff::{Claim, TicketGuard};
 
 /// Attempts per script call when the reply is lost (timeout or dropped
 /// connection). Resending is safe because the scripts are idempotent.
@@ -303,23 +307,41 @@ impl Lock {
         metrics::counter!("locksmith_lock_waits_total").increment(1);
         let waiter = hub.register(channel).await;
         waiter.note_busy(busy_until);
+        // Parked in this client's hand-off queue: a local holder's release
+        // may grant us the lock directly.
+        let ticket = TicketGuard::join(self);
         // Re-check unless the channel was already subscribed before the
         // attempt and no message arrived since: then no release can have
         // slipped between the attempt and joining the queue.
         let mut recheck = seen.is_none() || hub.seq(channel) != seen;
         loop {
+            if let Some(guard) = ticket.take_granted() {
+                return Ok(Some(guard));
+            }
             if recheck {
-                match self.attempt().await? {
-                    Attempt::Granted(guard) => return Ok(Some(guard)),
-                    Attempt::Busy(pttl) => {
-                        busy_until = Instant::now() + pttl;
-                        waiter.note_busy(busy_until);
+                match ticket.claim() {
+                    Claim::Granted(guard) => return Ok(Some(guard)),
+                    // A local release is handing the lock to us: its outcome
+                    // arrives through the ticket.
+                    Claim::Pending => {}
+                    Claim::Attempt => {
+                        let result = self.attempt().await;
+                        ticket.reopen();
+                        match result? {
+                            Attempt::Granted(guard) => return Ok(Some(guard)),
+                            Attempt::Busy(pttl) => {
+                                busy_until = Instant::now() + pttl;
+                                waiter.note_busy(busy_until);
+                            }
+                        }
                     }
                 }
             }
             recheck = true;
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
+                // Out of time; a grant parked meanwhile is released with the
+                // ticket.
                 return Ok(None);
             }
             // A lost message costs at most the holder's remaining lease.
@@ -327,7 +349,10 @@ impl Lock {
             if let Some(d) = deadline {
                 until = until.min(d);
             }
-            waiter.wait_until(until).await;
+            tokio::select! {
+                _ = waiter.wait_until(until) => {}
+                _ = ticket.notified() => {}
+            }
         }
     }
 
@@ -345,32 +370,36 @@ impl Lock {
             expected_after: expected + 1,
             lease,
         };
-        let mut invocation = scripts::LOCK_ACQUIRE.prepare_invoke();
-        invocation
-            .key(&self.shared.name)
-            .key(&self.shared.token_key)
-            .arg(lease.as_millis() as u64)
-            .arg(&self.shared.owner)
-            .arg(expected);
+        let keys = vec![
+            self.shared.name.clone().into_bytes(),
+            self.shared.token_key.clone().into_bytes(),
+        ];
+        let args = vec![
+            (lease.as_millis() as u64).to_string().into_bytes(),
+            self.shared.owner.clone().into_bytes(),
+            expected.to_string().into_bytes(),
+        ];
+        let client = &self.shared.client;
         let mut sent_at = Instant::now();
         let mut attempt = 0;
         let (status, value, count): (i64, i64, u32) = loop {
             attempt += 1;
-            match self
-                .shared
-                .client
-                .invoke(&invocation, &self.shared.name)
-                .await
-            {
+            let reply = client
+                .acquire_batch()
+                .call(keys.clone(), args.clone())
+                .await;
+            match reply {
                 Ok(reply) => break reply,
-                Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
-                    tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
-                    sent_at = Instant::now();
-                }
                 Err(e) => {
-                    // The outcome is unknown: the rollback releases a grant
-                    // that may have landed.
-                    return Err(e);
+                    let e = client.map_err(e, Some(&self.shared.name));
+                    if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                        tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
+                        sent_at = Instant::now();
+                    } else {
+                        // The outcome is unknown: the rollback releases a
+                        // grant that may have landed.
+                        return Err(e);
+                    }
                 }
             }
         };
@@ -379,31 +408,9 @@ impl Lock {
         };
         match status {
             1 => {
-                state.count = count;
-                if expected == 0 {
-                    state.token = u64::try_from(value).unwrap_or(0);
-                    state.registration = Some(self.shared.client.renewer().register(
-                        Hold {
-                            key: self.shared.name.clone(),
-                            ownership: Ownership::HashField,
-                            owner: self.shared.owner.clone(),
-                            lease,
-                            renew: self.lease.is_none(),
-                        },
-                        sent_at,
-                    ));
-                } else if let Some(reg) = &state.registration {
-                    reg.rearmed(sent_at, lease);
-                }
-                let lease_state = match &state.registration {
-                    Some(reg) => reg.state().clone(),
-                    None => return Err(self.not_held()),
-                };
-                Ok(Attempt::Granted(LockGuard::reentrant(
-                    self.clone(),
-                    state.token,
-                    lease_state,
-                )))
+                let token = u64::try_from(value).unwrap_or(0);
+                self.grant(&mut state, token, count, sent_at)
+                    .map(Attempt::Granted)
             }
             0 => Ok(Attempt::Busy(match u64::try_from(value) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
@@ -420,6 +427,41 @@ impl Lock {
         }
     }
 
+    /// Records a grant confirmed by the server (a hold count of `count`,
+    /// `token` for a first hold) in this owner's state and makes its guard.
+    /// `sent_at` is when the granting call was sent; the local lease runs
+    /// from there.
+    fn grant(
+        &self,
+        state: &mut HoldState,
+        token: u64,
+        count: u32,
+        sent_at: Instant,
+    ) -> Result<LockGuard> {
+        let lease = self.lease();
+        if state.count == 0 {
+            state.token = token;
+            state.registration = Some(self.shared.client.renewer().register(
+                Hold {
+                    key: self.shared.name.clone(),
+                    ownership: Ownership::HashField,
+                    owner: self.shared.owner.clone(),
+                    lease,
+                    renew: self.lease.is_none(),
+                },
+                sent_at,
+            ));
+        } else if let Some(reg) = &state.registration {
+            reg.rearmed(sent_at, lease);
+        }
+        state.count = count;
+        let lease_state = match &state.registration {
+            Some(reg) => reg.state().clone(),
+            None => return Err(self.not_held()),
+        };
+        Ok(LockGuard::reentrant(self.clone(), state.token, lease_state))
+    }
+
     fn not_held(&self) -> Error {
         Error::NotHeld {
             name: self.shared.name.clone(),
@@ -429,7 +471,7 @@ impl Lock {
     /// Releases one hold of this owner (used by [`LockGuard`]).
     async fn release_one(&self) -> Result<()> {
         let mut state = self.shared.state.lock().await;
-        release_locked(&self.shared, &mut state, self.lease()).await
+        release_locked(&self.shared, &mut state, self.lease(), true).await
     }
 }
 
@@ -454,57 +496,104 @@ async fn force_unlock(client: &Client, name: &str, channel: &str) -> Result<bool
 }
 
 /// The release script, resent on a lost reply, with the owner's state
-/// locked. Updates the local state from the answer.
-async fn release_locked(shared: &Shared, state: &mut HoldState, lease: Duration) -> Result<()> {
+/// locked. Updates the local state from the answer. With `handoff`, a
+/// final release grants the lock to a parked waiter of this client if
+/// there is one (see [`handoff`]).
+async fn release_locked(
+    shared: &Shared,
+    state: &mut HoldState,
+    lease: Duration,
+    handoff: bool,
+) -> Result<()> {
     let expected = state.count;
     if expected == 0 {
         return Err(Error::NotHeld {
             name: shared.name.clone(),
         });
     }
-    let mut invocation = scripts::LOCK_RELEASE.prepare_invoke();
-    invocation
-        .key(&shared.name)
-        .key(&shared.channel)
-        .arg(lease.as_millis() as u64)
-        .arg(&shared.owner)
-        .arg(expected)
-        .arg(keys::UNLOCK_MESSAGE);
+    let client = &shared.client;
+    let mut offer = if handoff && expected == 1 {
+        client.handoffs().offer(&shared.name)
+    } else {
+        None
+    };
+    let (successor, successor_lease) = match &offer {
+        Some(offer) => (
+            offer.lock().shared.owner.clone(),
+            offer.lock().lease().as_millis() as u64,
+        ),
+        None => (String::new(), 0),
+    };
+    let keys = vec![
+        shared.name.clone().into_bytes(),
+        shared.channel.clone().into_bytes(),
+        shared.token_key.clone().into_bytes(),
+    ];
+    let args = vec![
+        (lease.as_millis() as u64).to_string().into_bytes(),
+        shared.owner.clone().into_bytes(),
+        expected.to_string().into_bytes(),
+        keys::UNLOCK_MESSAGE.to_string().into_bytes(),
+        successor.into_bytes(),
+        successor_lease.to_string().into_bytes(),
+    ];
     let mut attempt = 0;
     let mut resent = false;
-    let (status, count): (i64, u32) = loop {
+    let (status, value, sent_at): (i64, i64, Instant) = loop {
         attempt += 1;
         let sent_at = Instant::now();
-        match shared
-            .client
-            .invoke::<(i64, u32)>(&invocation, &shared.name)
-            .await
-        {
-            Ok(reply) => {
-                if let (2, Some(reg)) = (reply.0, &state.registration) {
+        let reply = client
+            .release_batch()
+            .call::<(i64, i64)>(keys.clone(), args.clone())
+            .await;
+        match reply {
+            Ok((status, value)) => {
+                if let (2, Some(reg)) = (status, &state.registration) {
                     reg.rearmed(sent_at, lease);
                 }
-                break reply;
+                break (status, value, sent_at);
             }
-            Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
-                tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
-                resent = true;
+            Err(e) => {
+                let e = client.map_err(e, Some(&shared.name));
+                if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                    tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
+                    resent = true;
+                } else {
+                    // Dropping the offer tells the successor the outcome is
+                    // unknown; its own idempotent attempt sorts it out.
+                    return Err(e);
+                }
             }
-            Err(e) => return Err(e),
         }
     };
+    match (status, offer.take()) {
+        (3, Some(mut offer)) => {
+            state.count = 0;
+            state.registration = None;
+            let token = u64::try_from(value).unwrap_or(0);
+            let successor = offer.lock().clone();
+            match successor.grant(offer.hold(), token, 1, sent_at) {
+                Ok(guard) => offer.grant(guard),
+                Err(_) => offer.decline(true),
+            }
+            metrics::counter!("locksmith_lock_handoffs_total").increment(1);
+            return Ok(());
+        }
+        (_, Some(offer)) => offer.decline(false),
+        (_, None) => {}
+    }
     match status {
-        1 => {
+        1 | 3 => {
             state.count = 0;
             state.registration = None;
             Ok(())
         }
         2 => {
-            state.count = count;
+            state.count = u32::try_from(value).unwrap_or(0);
             Ok(())
         }
         // Gone after a resend of the final release: the first send landed.
-        0 if resent && expected == 1 && count == 0 => {
+        0 if resent && expected == 1 && value == 0 => {
             state.count = 0;
             state.registration = None;
             Ok(())
@@ -552,7 +641,7 @@ impl Drop for Rollback {
             // that landed and answers "already done" for one that did not;
             // either way it leaves the local count at the server's.
             state.count = expected_after;
-            let result = release_locked(&shared, &mut state, lease).await;
+            let result = release_locked(&shared, &mut state, lease, false).await;
             tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
         });
     }

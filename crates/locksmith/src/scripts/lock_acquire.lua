@@ -1,34 +1,51 @@
--- Acquire a reentrant lock, idempotently (Redisson-compatible layout).
--- KEYS[1]  lock hash: field <owner> = hold count, PEXPIRE = lease
--- KEYS[2]  fencing counter (string), INCR on every grant from free
--- ARGV[1]  lease in milliseconds
--- ARGV[2]  owner field, "<client-uuid>:<holder-id>"
--- ARGV[3]  the hold count this owner believes it has before this acquire
--- Returns {1, token, count} granted (also for a resend of a grant that already
--- landed), {0, pttl, 0} busy, {-1, count-on-server, 0} when the server
--- disagrees with the owner's count (the hold was lost).
-local expected = tonumber(ARGV[3])
--- Fast path: a free lock costs four calls.
-if expected == 0 and redis.call('exists', KEYS[1]) == 0 then
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, redis.call('incr', KEYS[2]), 1}
-end
-local held = redis.call('hget', KEYS[1], ARGV[2])
-if held == false then
-    if expected ~= 0 then
-        return {-1, 0, 0}
+-- Acquire reentrant locks, idempotently (Redisson-compatible layout).
+-- Takes a batch of independent requests (one or many), so concurrent
+-- acquires of one client share a script call.
+-- Per request i, in order:
+--   KEYS  lock hash (field <owner> = hold count, PEXPIRE = lease),
+--         fencing counter (string, INCR on every grant from free)
+--   ARGV  lease in milliseconds, owner field "<client-uuid>:<holder-id>",
+--         the hold count the owner believes it has before this acquire
+-- Returns one reply per request: {1, token, count} granted (also for a
+-- resend of a grant that already landed), {0, pttl, 0} busy,
+-- {-1, count-on-server, 0} when the server disagrees with the owner's count
+-- (the hold was lost), or {-2, error message} for a request that failed alone (e.g.
+-- WRONGTYPE) without affecting the others.
+local function acquire(key, token_key, lease, owner, expected)
+    -- Fast path: a free lock costs four calls.
+    if expected == 0 and redis.call('exists', key) == 0 then
+        redis.call('hset', key, owner, 1)
+        redis.call('pexpire', key, lease)
+        return {1, redis.call('incr', token_key), 1}
     end
-    return {0, redis.call('pttl', KEYS[1]), 0}
+    local held = redis.call('hget', key, owner)
+    if held == false then
+        if expected ~= 0 then
+            return {-1, 0, 0}
+        end
+        return {0, redis.call('pttl', key), 0}
+    end
+    held = tonumber(held)
+    if held == expected then
+        held = redis.call('hincrby', key, owner, 1)
+        redis.call('pexpire', key, lease)
+        return {1, tonumber(redis.call('get', token_key) or '0'), held}
+    end
+    if held == expected + 1 then
+        -- A resend of an attempt whose reply was lost: it already landed.
+        return {1, tonumber(redis.call('get', token_key) or '0'), held}
+    end
+    return {-1, held, 0}
 end
-held = tonumber(held)
-if held == expected then
-    held = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), held}
+
+local out = {}
+for i = 1, #ARGV / 3 do
+    local ok, reply = pcall(acquire, KEYS[2 * i - 1], KEYS[2 * i],
+        ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i]))
+    if ok then
+        out[i] = reply
+    else
+        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
+    end
 end
-if held == expected + 1 then
-    -- A resend of an attempt whose reply was lost: it already landed.
-    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), held}
-end
-return {-1, held, 0}
+return out

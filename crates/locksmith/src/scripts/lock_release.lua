@@ -1,30 +1,63 @@
--- Release one hold of a reentrant lock, idempotently.
--- KEYS[1]  lock hash
--- KEYS[2]  release channel, redisson_lock__channel:{NAME}
--- ARGV[1]  lease in milliseconds, re-armed while holds remain
--- ARGV[2]  owner field
--- ARGV[3]  the hold count this owner believes it has before this release
--- ARGV[4]  the unlock message (0)
--- Returns {1, 0} freed (deleted and published), {2, count} still held with
--- count holds (also for a resend that already landed), {0, count-on-server}
--- not held by this owner.
-local expected = tonumber(ARGV[3])
-local held = redis.call('hget', KEYS[1], ARGV[2])
-if held == false then
-    return {0, 0}
-end
-held = tonumber(held)
-if held == expected then
-    if held > 1 then
-        redis.call('hincrby', KEYS[1], ARGV[2], -1)
-        redis.call('pexpire', KEYS[1], ARGV[1])
-        return {2, held - 1}
+-- Release one hold of reentrant locks, idempotently, optionally handing a
+-- freed lock straight to a waiting owner of the same client.
+-- Takes a batch of independent requests (one or many).
+-- Per request i, in order:
+--   KEYS  lock hash, release channel redisson_lock__channel:{NAME},
+--         fencing counter
+--   ARGV  lease in milliseconds (re-armed while holds remain), owner field,
+--         the hold count the owner believes it has before this release,
+--         the unlock message (0), successor owner field ('' for none),
+--         successor's lease in milliseconds
+-- Returns one reply per request: {1, 0} freed (deleted and published),
+-- {2, count} still held with count holds (also for a resend that already
+-- landed), {3, token} freed and granted to the successor with a new
+-- fencing token (no message: nobody else was woken), {0, count-on-server}
+-- not held by this owner, or {-2, error message} for a request that failed alone.
+local function release(key, channel, token_key, lease, owner, expected, message,
+                       successor, successor_lease)
+    local held = redis.call('hget', key, owner)
+    if held == false then
+        if successor ~= '' and expected == 1
+            and redis.call('hget', key, successor) == '1'
+            and redis.call('hlen', key) == 1 then
+            -- A resend of a hand-off that already landed (the successor
+            -- waits for this answer, so it cannot have acquired by itself).
+            return {3, tonumber(redis.call('get', token_key) or '0')}
+        end
+        return {0, 0}
     end
-    redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], ARGV[4])
-    return {1, 0}
+    held = tonumber(held)
+    if held == expected then
+        if held > 1 then
+            redis.call('hincrby', key, owner, -1)
+            redis.call('pexpire', key, lease)
+            return {2, held - 1}
+        end
+        if successor ~= '' and redis.call('hlen', key) == 1 then
+            redis.call('del', key)
+            redis.call('hset', key, successor, 1)
+            redis.call('pexpire', key, successor_lease)
+            return {3, redis.call('incr', token_key)}
+        end
+        redis.call('del', key)
+        redis.call('publish', channel, message)
+        return {1, 0}
+    end
+    if held == expected - 1 then
+        return {2, held}
+    end
+    return {0, held}
 end
-if held == expected - 1 then
-    return {2, held}
+
+local out = {}
+for i = 1, #ARGV / 6 do
+    local ok, reply = pcall(release, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
+        ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), ARGV[6 * i - 2],
+        ARGV[6 * i - 1], ARGV[6 * i])
+    if ok then
+        out[i] = reply
+    else
+        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
+    end
 end
-return {0, held}
+return out

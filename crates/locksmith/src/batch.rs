@@ -1,0 +1,251 @@
+//! Request coalescing: concurrent calls of one script from many tasks of a
+//! [`Client`](crate::Client) travel as one script call.
+//!
+//! Redis spends more time entering a Lua script than running the few
+//! commands a lock operation needs, so a client with many tasks locking at
+//! once would spend the server's time mostly on script entry. A
+//! [`Batcher`] owns one script whose KEYS and ARGV are a list of
+//! independent requests, each of a fixed shape, and which answers with one
+//! reply per request (a request's error affects only its own reply).
+//!
+//! There is no batching task and no timer. A caller queues its request;
+//! if fewer than [`MAX_IN_FLIGHT`] calls are outstanding it sends the
+//! queue right away: inline when the queue holds only its own request (the
+//! uncontended case costs no extra task hop), from a spawned task when it
+//! carries other callers' requests (so cancelling one caller cannot strand
+//! the others). Otherwise the request waits, and the next call to complete
+//! sends everything that queued meanwhile. Batches thus grow with the load
+//! by themselves, and a lone request never waits for company.
+//!
+//! Semantics per request are those of the one-request script: the script
+//! runs atomically, each request is evaluated in queue order, and a call
+//! that fails as a whole (timeout, dropped connection) fails every request
+//! in it, each caller then deciding on its own whether to resend.
+
+use std::sync::{Arc, LazyLock, Mutex};
+
+use redis::aio::ConnectionManager;
+use redis::{FromRedisValue, RedisError, RedisResult, Script, Value};
+use tokio::sync::oneshot;
+
+/// Calls one batcher keeps outstanding before it holds requests back to
+/// grow the next batch.
+pub(crate) const MAX_IN_FLIGHT: usize = 2;
+
+/// Most requests in one call; bounds how long one call keeps the server
+/// busy.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// One queued request.
+struct Request {
+    /// This request's KEYS, in the script's per-request order.
+    keys: Vec<Vec<u8>>,
+    /// This request's ARGV, in the script's per-request order.
+    args: Vec<Vec<u8>>,
+    /// Where the reply goes; a dropped receiver (cancelled caller) is fine.
+    reply: oneshot::Sender<RedisResult<Value>>,
+}
+
+/// The queue and the count of outstanding calls, under one lock.
+#[derive(Default)]
+struct Queue {
+    /// Requests waiting for the next call.
+    pending: Vec<Request>,
+    /// Calls sent and not yet answered.
+    in_flight: usize,
+}
+
+/// Coalesces calls of one batch script.
+pub(crate) struct Batcher {
+    /// What calls need; shared with spawned senders.
+    shared: Arc<Shared>,
+}
+
+/// The parts of a [`Batcher`] that outlive a caller.
+struct Shared {
+    /// The batch script.
+    script: &'static LazyLock<Script>,
+    /// The connection calls go out on (shared with the client).
+    conn: ConnectionManager,
+    /// Waiting requests and outstanding calls.
+    queue: Mutex<Queue>,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let queue = self.shared.lock();
+        f.debug_struct("Batcher")
+            .field("pending", &queue.pending.len())
+            .field("in_flight", &queue.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    /// A batcher for `script`, sending on `conn`.
+    pub(crate) fn new(script: &'static LazyLock<Script>, conn: ConnectionManager) -> Self {
+        Batcher {
+            shared: Arc::new(Shared {
+                script,
+                conn,
+                queue: Mutex::new(Queue::default()),
+            }),
+        }
+    }
+
+    /// Queues one request and waits for its reply. The reply is the
+    /// request's own element of the script's answer, converted to `T`; an
+    /// error reply for this request alone comes back as `Err`.
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        keys: Vec<Vec<u8>>,
+        args: Vec<Vec<u8>>,
+    ) -> RedisResult<T> {
+        let (reply, answer) = oneshot::channel();
+        let batch = {
+            let mut queue = self.shared.lock();
+            queue.pending.push(Request { keys, args, reply });
+            if queue.in_flight >= MAX_IN_FLIGHT {
+                None
+            } else {
+                queue.in_flight += 1;
+                Some(take_batch(&mut queue.pending))
+            }
+        };
+        if let Some(batch) = batch {
+            let slot = Slot(self.shared.clone());
+            if batch.len() == 1 {
+                // Only our own request: send it from this task. If this
+                // future is dropped mid-call, only our reply is lost.
+                self.shared.send(batch).await;
+                drop(slot);
+            } else {
+                let shared = self.shared.clone();
+                tokio::spawn(async move {
+                    shared.send(batch).await;
+                    drop(slot);
+                });
+            }
+        }
+        let value = answer.await.map_err(|_| gone())??;
+        if let Value::Array(items) = &value {
+            if let [Value::Int(FAILED), message] = items.as_slice() {
+                return Err(request_error(message));
+            }
+        }
+        Ok(redis::from_redis_value(value)?)
+    }
+}
+
+/// Status a batch script answers, with the error message, for a request
+/// that failed on its own. (Nested error replies would fail the whole
+/// reply in redis-rs, and with it every request of the batch.)
+const FAILED: i64 = -2;
+
+/// The error of one failed request, keeping the server's error code
+/// (`WRONGTYPE`, ...) as the code.
+fn request_error(message: &Value) -> RedisError {
+    let text = match message {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let (code, detail) = text.split_once(' ').unwrap_or((text.as_str(), ""));
+    redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+}
+
+/// Up to [`MAX_BATCH`] requests from the front of `pending`.
+fn take_batch(pending: &mut Vec<Request>) -> Vec<Request> {
+    if pending.len() <= MAX_BATCH {
+        std::mem::take(pending)
+    } else {
+        pending.drain(..MAX_BATCH).collect()
+    }
+}
+
+/// An outstanding call. Dropping it (the call completed, or its sender was
+/// cancelled) frees its place and sends whatever queued meanwhile.
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let batch = {
+            let mut queue = self.0.lock();
+            queue.in_flight -= 1;
+            if queue.pending.is_empty() {
+                return;
+            }
+            queue.in_flight += 1;
+            take_batch(&mut queue.pending)
+        };
+        let slot = Slot(self.0.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let shared = self.0.clone();
+                runtime.spawn(async move {
+                    shared.send(batch).await;
+                    drop(slot);
+                });
+            }
+            // No runtime (shutting down): the queued callers see their
+            // replies dropped and fail.
+            Err(_) => {
+                drop(batch);
+                std::mem::forget(slot);
+                self.0.lock().in_flight -= 1;
+            }
+        }
+    }
+}
+
+/// The error a request gets when its reply was dropped unsent (runtime
+/// shutting down).
+fn gone() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::BrokenPipe,
+        "the batched call carrying this request was abandoned",
+    ))
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One script call for `batch`; hands every request its reply.
+    async fn send(&self, batch: Vec<Request>) {
+        let mut invocation = self.script.prepare_invoke();
+        for request in &batch {
+            for key in &request.keys {
+                invocation.key(key.as_slice());
+            }
+            for arg in &request.args {
+                invocation.arg(arg.as_slice());
+            }
+        }
+        metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
+        let mut conn = self.conn.clone();
+        match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
+            Ok(replies) if replies.len() == batch.len() => {
+                for (request, reply) in batch.into_iter().zip(replies) {
+                    let _ = request.reply.send(Ok(reply));
+                }
+            }
+            Ok(replies) => {
+                let err = RedisError::from(std::io::Error::other(format!(
+                    "batch script answered {} replies for {} requests",
+                    replies.len(),
+                    batch.len()
+                )));
+                for request in batch {
+                    let _ = request.reply.send(Err(err.clone()));
+                }
+            }
+            Err(err) => {
+                for request in batch {
+                    let _ = request.reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Local hand-off: a release that would free a lock some owner of the same
+//! client is waiting for grants it to that owner in the same script call.
+//!
+//! Without it, a contended hand-off inside one client costs the release,
+//! the release message's trip through pub/sub, and the woken waiter's own
+//! acquire. With it, the release script deletes the old holder's field,
+//! writes the successor's with a fresh fencing token and lease, and the
+//! successor is woken in-process already holding the lock.
+//!
+//! Waiters queue a [`Ticket`] per lock name in arrival order (FIFO within
+//! the client). A ticket is only offered while its waiter is parked (not
+//! in the middle of its own attempt) and while its owner's hold state can
+//! be locked, which keeps the owner's other handles from interleaving and
+//! makes a resent hand-off recognizable on the server.
+//!
+//! Fairness to other clients: a hand-off publishes no release message, so
+//! waiters elsewhere (other processes, Redisson) do not get a chance while a
+//! chain of hand-offs runs. After `max_local_handoffs` consecutive
+//! hand-offs of one lock the next release frees it for real and publishes,
+//! and every waiter races for it as usual.
+//!
+//! Cancellation: a waiter that goes away while offered marks its ticket
+//! abandoned; the releaser then undoes a hand-off that may have landed. A
+//! grant parked in a ticket is a [`LockGuard`], so dropping it releases the
+//! lock like any other guard.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Notify, OwnedMutexGuard};
+
+use super::{HoldState, Lock, LockGuard, Rollback};
+
+/// Per-client registry of parked waiters, by lock name.
+#[derive(Debug)]
+pub(crate) struct Handoffs {
+    /// Queues of tickets by lock name; a name without waiters has no entry.
+    queues: Mutex<HashMap<String, Queue>>,
+    /// Consecutive hand-offs allowed per lock before a real release.
+    limit: u32,
+    /// Hand-offs that landed, over the client's life.
+    completed: AtomicU64,
+}
+
+/// The waiters of one lock.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Tickets in arrival order.
+    tickets: VecDeque<Arc<Ticket>>,
+    /// Hand-offs since the lock was last freed for real.
+    streak: u32,
+}
+
+/// A parked waiter's place in the queue, and its mailbox for a grant.
+#[derive(Debug)]
+pub(super) struct Ticket {
+    /// The waiter's handle: owner, name and lease of the grant to make.
+    lock: Lock,
+    /// Where the waiter is in the hand-off protocol.
+    state: Mutex<State>,
+    /// Wakes the waiter when an offer is resolved.
+    notify: Notify,
+}
+
+/// The protocol state of one ticket.
+#[derive(Debug)]
+enum State {
+    /// Parked; may be offered the lock.
+    Open,
+    /// The waiter is running its own acquire attempt; not offered.
+    Attempting,
+    /// A releaser is handing the lock over; the waiter must wait for the
+    /// outcome instead of attempting.
+    Offered,
+    /// The lock was handed over; the waiter takes the guard.
+    Granted(LockGuard),
+    /// The waiter went away while offered; the releaser cleans up.
+    Abandoned,
+}
+
+/// What a waiter may do next, from [`TicketGuard::claim`].
+pub(super) enum Claim {
+    /// Run an own acquire attempt, then call [`TicketGuard::reopen`].
+    Attempt,
+    /// A hand-off is in progress: wait for the ticket's notification.
+    Pending,
+    /// The lock was handed over.
+    Granted(LockGuard),
+}
+
+impl Handoffs {
+    /// A registry allowing `limit` consecutive hand-offs per lock (0
+    /// disables hand-off).
+    pub(crate) fn new(limit: u32) -> Self {
+        Handoffs {
+            queues: Mutex::new(HashMap::new()),
+            limit,
+            completed: AtomicU64::new(0),
+        }
+    }
+
+    fn queues(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of tickets queued across all locks (diagnostics and tests).
+    pub(crate) fn len(&self) -> usize {
+        self.queues().values().map(|q| q.tickets.len()).sum()
+    }
+
+    /// Hand-offs that landed so far (diagnostics and tests).
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    /// Picks the first parked waiter of `name` whose owner holds nothing
+    /// and is not busy, and marks it offered. `None` when there is none, or
+    /// when the streak limit says this release must free the lock for real.
+    pub(super) fn offer(&self, name: &str) -> Option<Offer> {
+        let mut queues = self.queues();
+        let queue = queues.get_mut(name)?;
+        if queue.streak >= self.limit {
+            queue.streak = 0;
+            return None;
+        }
+        for ticket in &queue.tickets {
+            let mut state = ticket.lock_state();
+            if !matches!(*state, State::Open) {
+                continue;
+            }
+            let Ok(hold) = ticket.lock.shared.state.clone().try_lock_owned() else {
+                continue;
+            };
+            if hold.count != 0 {
+                continue;
+            }
+            *state = State::Offered;
+            queue.streak += 1;
+            return Some(Offer {
+                ticket: Some(ticket.clone()),
+                hold: Some(hold),
+            });
+        }
+        queue.streak = 0;
+        None
+    }
+}
+
+impl Ticket {
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A waiter's ticket; leaves the queue on drop.
+pub(super) struct TicketGuard {
+    /// The ticket, shared with the registry and any releaser offering it.
+    ticket: Arc<Ticket>,
+}
+
+impl TicketGuard {
+    /// Queues a ticket for `lock` at the back of its lock's queue.
+    pub(super) fn join(lock: &Lock) -> TicketGuard {
+        let ticket = Arc::new(Ticket {
+            lock: lock.clone(),
+            state: Mutex::new(State::Open),
+            notify: Notify::new(),
+        });
+        let handoffs = lock.shared.client.handoffs();
+        handoffs
+            .queues()
+            .entry(lock.shared.name.clone())
+            .or_default()
+            .tickets
+            .push_back(ticket.clone());
+        TicketGuard { ticket }
+    }
+
+    /// Decides the waiter's next step; see [`Claim`].
+    pub(super) fn claim(&self) -> Claim {
+        let mut state = self.ticket.lock_state();
+        match std::mem::replace(&mut *state, State::Attempting) {
+            State::Granted(guard) => Claim::Granted(guard),
+            State::Offered => {
+                *state = State::Offered;
+                Claim::Pending
+            }
+            _ => Claim::Attempt,
+        }
+    }
+
+    /// The waiter's own attempt is over: it may be offered the lock again.
+    pub(super) fn reopen(&self) {
+        let mut state = self.ticket.lock_state();
+        if matches!(*state, State::Attempting) {
+            *state = State::Open;
+        }
+    }
+
+    /// A grant that arrived while parked, if any.
+    pub(super) fn take_granted(&self) -> Option<LockGuard> {
+        let mut state = self.ticket.lock_state();
+        if !matches!(*state, State::Granted(_)) {
+            return None;
+        }
+        match std::mem::replace(&mut *state, State::Open) {
+            State::Granted(guard) => Some(guard),
+            _ => None,
+        }
+    }
+
+    /// Resolves when an offer of this ticket was resolved (granted or
+    /// declined) since the last call.
+    pub(super) async fn notified(&self) {
+        self.ticket.notify.notified().await;
+    }
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        let lock = &self.ticket.lock;
+        {
+            let mut queues = lock.shared.client.handoffs().queues();
+            if let Some(queue) = queues.get_mut(&lock.shared.name) {
+                queue.tickets.retain(|t| !Arc::ptr_eq(t, &self.ticket));
+                if queue.tickets.is_empty() {
+                    queues.remove(&lock.shared.name);
+                }
+            }
+        }
+        let granted = {
+            let mut state = self.ticket.lock_state();
+            match std::mem::replace(&mut *state, State::Abandoned) {
+                State::Granted(guard) => Some(guard),
+                State::Offered => None,
+                other => {
+                    *state = other;
+                    None
+                }
+            }
+        };
+        // A grant nobody will take: dropping the guard releases it.
+        drop(granted);
+    }
+}
+
+/// A releaser's offer to one waiter, holding that waiter's hold state
+/// locked until the outcome is known. Dropped unresolved (the releasing
+/// future was cancelled), it counts as an unknown outcome.
+pub(super) struct Offer {
+    /// The offered ticket; taken when resolved.
+    ticket: Option<Arc<Ticket>>,
+    /// The successor owner's hold state.
+    hold: Option<OwnedMutexGuard<HoldState>>,
+}
+
+impl Offer {
+    /// The successor's handle.
+    pub(super) fn lock(&self) -> &Lock {
+        &self
+            .ticket
+            .as_ref()
+            .expect("an offer has its ticket until resolved")
+            .lock
+    }
+
+    /// The successor's hold state, to record the grant in.
+    pub(super) fn hold(&mut self) -> &mut HoldState {
+        self.hold
+            .as_mut()
+            .expect("an offer has its hold until resolved")
+    }
+
+    /// The lock was handed over: deliver `guard` to the waiter, or release
+    /// it if the waiter went away.
+    pub(super) fn grant(mut self, guard: LockGuard) {
+        self.lock()
+            .shared
+            .client
+            .handoffs()
+            .completed
+            .fetch_add(1, Ordering::Relaxed);
+        // Unlock the successor's state first: releasing an unwanted guard
+        // needs it.
+        self.hold = None;
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let unwanted = {
+            let mut state = ticket.lock_state();
+            if matches!(*state, State::Offered) {
+                *state = State::Granted(guard);
+                None
+            } else {
+                Some(guard)
+            }
+        };
+        ticket.notify.notify_one();
+        drop(unwanted);
+    }
+
+    /// The hand-off did not happen (`maybe_landed` false) or its outcome is
+    /// unknown (true): the waiter goes back to trying by itself, whose
+    /// idempotent acquire picks up a hand-off that did land. If the waiter
+    /// went away, a hand-off that may have landed is undone.
+    pub(super) fn decline(mut self, maybe_landed: bool) {
+        self.resolve_declined(maybe_landed);
+    }
+
+    fn resolve_declined(&mut self, maybe_landed: bool) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let hold = self.hold.take();
+        let abandoned = {
+            let mut state = ticket.lock_state();
+            if matches!(*state, State::Offered) {
+                *state = State::Open;
+                false
+            } else {
+                matches!(*state, State::Abandoned)
+            }
+        };
+        ticket.notify.notify_one();
+        if abandoned && maybe_landed {
+            // Release the successor's hold with the count it has if the
+            // hand-off landed; the release script answers "not held"
+            // harmlessly if it did not.
+            drop(Rollback {
+                lease: ticket.lock.lease(),
+                shared: ticket.lock.shared.clone(),
+                state: hold,
+                expected_after: 1,
+            });
+        }
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        self.resolve_declined(true);
+    }
+}

@@ -1,0 +1,266 @@
+//! Local hand-off: a final release grants the lock straight to a parked
+//! waiter of the same client, with a new fencing token and no release
+//! message; streaks are capped so other clients get in; a waiter that gives
+//! up mid-offer leaves nothing behind.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, keys, setup};
+use futures_util::StreamExt;
+use locksmith::Client;
+use locksmith_testkit::RedisServer;
+
+async fn client_with(server: &RedisServer, max_local_handoffs: u32) -> Client {
+    Client::builder(server.url())
+        .lease(Duration::from_secs(10))
+        .max_local_handoffs(max_local_handoffs)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Counts release messages on the lock's channel from a raw subscriber.
+async fn count_messages(server: &RedisServer, name: &str) -> Arc<AtomicU64> {
+    let redis = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = redis.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{{name}}}"))
+        .await
+        .unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        let mut stream = pubsub.into_on_message();
+        while stream.next().await.is_some() {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_hands_the_lock_to_a_parked_local_waiter() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let messages = count_messages(&server, "ho").await;
+    let first = client.lock("ho").unwrap();
+    let guard = first.lock().await.unwrap();
+
+    let second = client.lock("ho").unwrap();
+    let waiter = {
+        let second = second.clone();
+        tokio::spawn(async move { second.lock().await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            client.parked_waiter_count() == 1
+        })
+        .await,
+        "the waiter parks"
+    );
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is granted at once")
+        .unwrap()
+        .unwrap();
+
+    // A new grant: larger token, the successor is the only holder, its lease
+    // is set and renewed, and nobody else was woken.
+    assert_eq!(handed.fencing_token(), token + 1);
+    assert_eq!(client.local_handoff_count(), 1);
+    let info = second.info().await.unwrap();
+    assert_eq!(info.holders, vec![(second.owner().to_owned(), 1)]);
+    assert_eq!(info.fencing_counter, token + 1);
+    assert!(info.remaining_lease.unwrap() > Duration::from_secs(8));
+    assert!(handed.remaining_lease() > Duration::from_secs(8));
+    assert_eq!(client.tracked_lease_count(), 1);
+    assert_eq!(client.parked_waiter_count(), 0);
+    assert_eq!(second.hold_count().await.unwrap(), 1);
+    // The successor re-enters and releases like any holder.
+    let again = second.lock().await.unwrap();
+    assert_eq!(second.hold_count().await.unwrap(), 2);
+    again.release().await.unwrap();
+    handed.release().await.unwrap();
+    assert!(!first.is_locked().await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            messages.load(Ordering::SeqCst) == 1
+        })
+        .await
+    );
+    // Only the final, real release published.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(messages.load(Ordering::SeqCst), 1);
+    assert_eq!(client.tracked_lease_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_successor_gets_its_own_lease_and_no_watchdog() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let first = client.lock("fixed").unwrap();
+    let guard = first.lock().await.unwrap();
+    let second = client
+        .lock("fixed")
+        .unwrap()
+        .with_lease(Duration::from_millis(700))
+        .unwrap();
+    let waiter = {
+        let second = second.clone();
+        tokio::spawn(async move { second.lock().await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            client.parked_waiter_count() == 1
+        })
+        .await
+    );
+    guard.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    let ttl = second.remaining_lease().await.unwrap().unwrap();
+    assert!(ttl <= Duration::from_millis(700), "{ttl:?}");
+    // Not renewed: the guard is told before the lease runs out, the key
+    // expires, and the release says so.
+    tokio::time::timeout(Duration::from_secs(5), handed.lost().wait())
+        .await
+        .expect("the fixed lease runs out");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !second.is_locked().await.unwrap()
+        })
+        .await
+    );
+    assert!(matches!(
+        handed.release().await,
+        Err(locksmith::Error::NotHeld { .. })
+    ));
+    assert!(keys(&server).iter().all(|k| k != "fixed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaks_are_capped_so_other_clients_get_the_lock() {
+    let server = RedisServer::start().unwrap();
+    let busy = client_with(&server, 4).await;
+    let outsider = client_with(&server, 4).await;
+    let handoffs_only = client_with(&server, 0).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Eight owners of one client keep the lock busy, always with a local
+    // waiter parked.
+    let mut loops = Vec::new();
+    for _ in 0..8 {
+        let lock = busy.lock("streak").unwrap();
+        let stop = stop.clone();
+        loops.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 100_000 {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                g.release().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The outsider still gets in, promptly (a capped streak is a few
+    // critical sections long).
+    for _ in 0..5 {
+        let got = outsider
+            .lock("streak")
+            .unwrap()
+            .try_lock_for(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("another client gets the lock while the streaks run");
+        got.release().await.unwrap();
+    }
+    // With hand-off disabled a client still works, through pub/sub.
+    let plain = handoffs_only
+        .lock("streak")
+        .unwrap()
+        .try_lock_for(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("a client without hand-off gets the lock too");
+    plain.release().await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for l in loops {
+        total += tokio::time::timeout(Duration::from_secs(10), l)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(total > 0);
+    assert!(busy.local_handoff_count() > 0);
+    assert_eq!(handoffs_only.local_handoff_count(), 0);
+    assert_eq!(busy.parked_waiter_count(), 0);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            busy.tracked_lease_count() == 0
+        })
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_time_out_around_hand_offs_leave_no_lock() {
+    let (server, client) = setup(Duration::from_secs(60)).await;
+    // A holder loop and many short-lived waiters on one client: waiters
+    // give up while parked, while offered, and after being granted.
+    let holder = client.lock("flaky").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let holding = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(Some(g)) = holder.try_lock_for(Duration::from_millis(100)).await {
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    g.release().await.unwrap();
+                }
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..400u64 {
+        if started.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        let lock = client.lock("flaky").unwrap();
+        tasks.push(tokio::spawn(async move {
+            let wait = Duration::from_micros(100 + (i * 7919) % 1500);
+            if let Ok(Some(g)) = lock.try_lock_for(wait).await {
+                g.release().await.unwrap();
+            }
+        }));
+        if tasks.len() >= 16 {
+            for t in tasks.drain(..) {
+                t.await.unwrap();
+            }
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    holding.await.unwrap();
+    assert!(client.local_handoff_count() > 0, "hand-offs were exercised");
+    let clean = eventually(Duration::from_secs(10), || async {
+        keys(&server) == vec!["redisson_lock_token:{flaky}".to_owned()]
+            && client.tracked_lease_count() == 0
+            && client.parked_waiter_count() == 0
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: keys {:?}, leases {}, parked {}",
+        keys(&server),
+        client.tracked_lease_count(),
+        client.parked_waiter_count()
+    );
+}
