@@ -119,13 +119,14 @@ impl ClientBuilder {
     }
 
     /// How many times in a row a lock may be handed from one owner of this
-    /// client straight to another that waits for it (default 16; 0
-    /// disables local hand-off).
+    /// client straight to another that waits for it while other clients
+    /// wait too (default 16; 0 disables local hand-off).
     ///
     /// A local hand-off grants the lock to the next waiter of this client in
-    /// the release's own script call, saving the waiter a round trip; it
-    /// sends no release message, so waiters in other processes only get
-    /// their chance when the streak ends and the lock is freed for real.
+    /// the release's own script call, saving the waiter a round trip. It
+    /// sends no release message, so after this many hand-offs in a row the
+    /// release script checks whether any other client listens for the lock
+    /// and, if one does, frees the lock for real so everyone gets a chance.
     /// Lower values favour fairness across processes, higher values
     /// throughput inside one. See docs/locks.md.
     pub fn max_local_handoffs(mut self, n: u32) -> Self {

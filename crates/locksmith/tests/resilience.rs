@@ -71,6 +71,7 @@ fn release_one(
     owner: &str,
     expected: u32,
     successor: &str,
+    if_alone: bool,
 ) -> (i64, i64) {
     let script = Script::new(include_str!("../src/scripts/lock_release.lua"));
     let replies: Vec<(i64, i64)> = script
@@ -83,6 +84,7 @@ fn release_one(
         .arg(0)
         .arg(successor)
         .arg(10_000)
+        .arg(if if_alone { "1" } else { "0" })
         .invoke(c)
         .unwrap();
     replies[0]
@@ -115,13 +117,13 @@ fn resent_acquire_and_release_do_not_double_count() {
     assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
     assert_eq!(count(&mut c), Some(2));
     // Release from 2 and its resend: one hold left.
-    assert_eq!(release_one(&mut c, "idem", owner, 2, ""), (2, 1));
-    assert_eq!(release_one(&mut c, "idem", owner, 2, ""), (2, 1));
+    assert_eq!(release_one(&mut c, "idem", owner, 2, "", false), (2, 1));
+    assert_eq!(release_one(&mut c, "idem", owner, 2, "", false), (2, 1));
     assert_eq!(count(&mut c), Some(1));
     // Final release frees; its resend finds nothing (the client treats a
     // "gone" answer to a resent final release as success).
-    assert_eq!(release_one(&mut c, "idem", owner, 1, ""), (1, 0));
-    assert_eq!(release_one(&mut c, "idem", owner, 1, ""), (0, 0));
+    assert_eq!(release_one(&mut c, "idem", owner, 1, "", false), (1, 0));
+    assert_eq!(release_one(&mut c, "idem", owner, 1, "", false), (0, 0));
     assert_eq!(count(&mut c), None);
     // A count the server does not agree with is reported, not papered over.
     assert_eq!(acquire_one(&mut c, "idem", owner, 3).0, -1);
@@ -137,21 +139,40 @@ fn handoff_release_is_idempotent_and_issues_a_new_token() {
     let b = "00000000-0000-4000-8000-000000000000:2";
     assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 1, 1));
     // Final release with a successor: b holds once, with the next token.
-    assert_eq!(release_one(&mut c, "ho", a, 1, b), (3, 2));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 2));
     let holders: Vec<(String, i64)> = redis::cmd("HGETALL").arg("ho").query(&mut c).unwrap();
     assert_eq!(holders, vec![(b.to_owned(), 1)]);
     let ttl: i64 = redis::cmd("PTTL").arg("ho").query(&mut c).unwrap();
     assert!(ttl > 9_000, "successor's lease set, got {ttl}");
     // The resend recognizes the landed hand-off instead of reporting "not
     // held", and changes nothing.
-    assert_eq!(release_one(&mut c, "ho", a, 1, b), (3, 2));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 2));
     assert_eq!(acquire_one(&mut c, "ho", b, 0), (1, 2, 1));
     // A release with holds left never hands off.
     assert_eq!(acquire_one(&mut c, "ho", b, 1), (1, 2, 2));
-    assert_eq!(release_one(&mut c, "ho", b, 2, a), (2, 1));
+    assert_eq!(release_one(&mut c, "ho", b, 2, a, false), (2, 1));
     // A non-owner's release hands nothing to anyone.
-    assert_eq!(release_one(&mut c, "ho", a, 1, a), (0, 0));
-    assert_eq!(release_one(&mut c, "ho", b, 1, ""), (1, 0));
+    assert_eq!(release_one(&mut c, "ho", a, 1, a, false), (0, 0));
+    assert_eq!(release_one(&mut c, "ho", b, 1, "", false), (1, 0));
+
+    // Past the streak limit ("if alone"): with only one listener on the
+    // channel (the releasing client's own) the hand-off goes ahead ...
+    let mut listener = server.connection().unwrap();
+    let mut first = listener.as_pubsub();
+    first.subscribe("redisson_lock__channel:{ho}").unwrap();
+    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 3, 1));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, true), (3, 4));
+    // ... but a second listener (another client waiting) gets a real
+    // release and its message.
+    let mut other = server.connection().unwrap();
+    let mut second = other.as_pubsub();
+    second.subscribe("redisson_lock__channel:{ho}").unwrap();
+    assert_eq!(release_one(&mut c, "ho", b, 1, a, true), (1, 0));
+    second
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let message = second.get_message().unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "0");
 }
 
 #[test]

@@ -404,6 +404,7 @@ impl Bench {
                     .arg(1)
                     .arg(0)
                     .arg("")
+                    .arg(0)
                     .arg(0);
             }
             async move {

@@ -16,8 +16,12 @@
 //! Fairness to other clients: a hand-off publishes no release message, so
 //! waiters elsewhere (other processes, Redisson) do not get a chance while a
 //! chain of hand-offs runs. After `max_local_handoffs` consecutive
-//! hand-offs of one lock the next release frees it for real and publishes,
-//! and every waiter races for it as usual.
+//! hand-offs of one lock, the next hand-off only happens if no other
+//! connection listens on the lock's release channel (checked inside the
+//! release script with `PUBSUB NUMSUB`); otherwise the release frees the
+//! lock for real and publishes, and every waiter races for it as usual.
+//! Clients that poll instead of subscribing are not seen by that check;
+//! a lock that is never free starves them whoever holds it.
 //!
 //! Cancellation: a waiter that goes away while offered marks its ticket
 //! abandoned; the releaser then undoes a hand-off that may have landed. A
@@ -115,15 +119,16 @@ impl Handoffs {
     }
 
     /// Picks the first parked waiter of `name` whose owner holds nothing
-    /// and is not busy, and marks it offered. `None` when there is none, or
-    /// when the streak limit says this release must free the lock for real.
+    /// and is not busy, and marks it offered. `None` when there is none or
+    /// hand-off is disabled. Past the streak limit the offer is only
+    /// good if no other client listens for the lock ([`Offer::if_alone`]).
     pub(super) fn offer(&self, name: &str) -> Option<Offer> {
-        let mut queues = self.queues();
-        let queue = queues.get_mut(name)?;
-        if queue.streak >= self.limit {
-            queue.streak = 0;
+        if self.limit == 0 {
             return None;
         }
+        let mut queues = self.queues();
+        let queue = queues.get_mut(name)?;
+        let if_alone = queue.streak >= self.limit;
         for ticket in &queue.tickets {
             let mut state = ticket.lock_state();
             if !matches!(*state, State::Open) {
@@ -136,14 +141,22 @@ impl Handoffs {
                 continue;
             }
             *state = State::Offered;
-            queue.streak += 1;
+            queue.streak = queue.streak.saturating_add(1);
             return Some(Offer {
                 ticket: Some(ticket.clone()),
                 hold: Some(hold),
+                if_alone,
             });
         }
         queue.streak = 0;
         None
+    }
+
+    /// The lock `name` was freed for real: a new streak starts.
+    pub(super) fn freed(&self, name: &str) {
+        if let Some(queue) = self.queues().get_mut(name) {
+            queue.streak = 0;
+        }
     }
 }
 
@@ -253,6 +266,8 @@ pub(super) struct Offer {
     ticket: Option<Arc<Ticket>>,
     /// The successor owner's hold state.
     hold: Option<OwnedMutexGuard<HoldState>>,
+    /// Hand off only if no other client listens for the lock.
+    if_alone: bool,
 }
 
 impl Offer {
@@ -263,6 +278,12 @@ impl Offer {
             .as_ref()
             .expect("an offer has its ticket until resolved")
             .lock
+    }
+
+    /// Whether the hand-off must only happen when no other client listens
+    /// on the lock's channel (the streak limit was reached).
+    pub(super) fn if_alone(&self) -> bool {
+        self.if_alone
     }
 
     /// The successor's hold state, to record the grant in.
@@ -301,9 +322,12 @@ impl Offer {
     }
 
     /// The hand-off did not happen (`maybe_landed` false) or its outcome is
-    /// unknown (true): the waiter goes back to trying by itself, whose
-    /// idempotent acquire picks up a hand-off that did land. If the waiter
-    /// went away, a hand-off that may have landed is undone.
+    /// unknown (true). The waiter goes back to waiting: when the outcome is
+    /// unknown it is woken to try by itself, and its idempotent acquire
+    /// picks up a hand-off that did land; otherwise it is not woken (if the
+    /// release freed the lock, its message wakes waiters here and elsewhere
+    /// alike, which keeps the race fair). If the waiter went away, a
+    /// hand-off that may have landed is undone.
     pub(super) fn decline(mut self, maybe_landed: bool) {
         self.resolve_declined(maybe_landed);
     }
@@ -322,7 +346,9 @@ impl Offer {
                 matches!(*state, State::Abandoned)
             }
         };
-        ticket.notify.notify_one();
+        if maybe_landed {
+            ticket.notify.notify_one();
+        }
         if abandoned && maybe_landed {
             // Release the successor's hold with the count it has if the
             // hand-off landed; the release script answers "not held"

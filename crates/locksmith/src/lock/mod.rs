@@ -517,12 +517,13 @@ async fn release_locked(
     } else {
         None
     };
-    let (successor, successor_lease) = match &offer {
+    let (successor, successor_lease, if_alone) = match &offer {
         Some(offer) => (
             offer.lock().shared.owner.clone(),
             offer.lock().lease().as_millis() as u64,
+            offer.if_alone(),
         ),
-        None => (String::new(), 0),
+        None => (String::new(), 0, false),
     };
     let keys = vec![
         shared.name.clone().into_bytes(),
@@ -536,6 +537,11 @@ async fn release_locked(
         keys::UNLOCK_MESSAGE.to_string().into_bytes(),
         successor.into_bytes(),
         successor_lease.to_string().into_bytes(),
+        if if_alone {
+            b"1".to_vec()
+        } else {
+            b"0".to_vec()
+        },
     ];
     let mut attempt = 0;
     let mut resent = false;
@@ -584,6 +590,9 @@ async fn release_locked(
     }
     match status {
         1 | 3 => {
+            if status == 1 {
+                client.handoffs().freed(&shared.name);
+            }
             state.count = 0;
             state.registration = None;
             Ok(())

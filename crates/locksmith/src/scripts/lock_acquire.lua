@@ -11,13 +11,17 @@
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count
 -- (the hold was lost), or {-2, error message} for a request that failed alone (e.g.
 -- WRONGTYPE) without affecting the others.
+-- Counts arrive and are stored as decimal strings; the fast path compares
+-- them as strings and converts nothing (number formatting is a visible
+-- share of a script's cost).
 local function acquire(key, token_key, lease, owner, expected)
     -- Fast path: a free lock costs four calls.
-    if expected == 0 and redis.call('exists', key) == 0 then
-        redis.call('hset', key, owner, 1)
+    if expected == '0' and redis.call('exists', key) == 0 then
+        redis.call('hset', key, owner, '1')
         redis.call('pexpire', key, lease)
         return {1, redis.call('incr', token_key), 1}
     end
+    expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held == false then
         if expected ~= 0 then
@@ -41,7 +45,7 @@ end
 local out = {}
 for i = 1, #ARGV / 3 do
     local ok, reply = pcall(acquire, KEYS[2 * i - 1], KEYS[2 * i],
-        ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i]))
+        ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
     if ok then
         out[i] = reply
     else

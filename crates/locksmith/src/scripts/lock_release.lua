@@ -7,15 +7,25 @@
 --   ARGV  lease in milliseconds (re-armed while holds remain), owner field,
 --         the hold count the owner believes it has before this release,
 --         the unlock message (0), successor owner field ('' for none),
---         successor's lease in milliseconds
+--         successor's lease in milliseconds, '1' to hand off only if at
+--         most one connection (the caller's client) listens on the release
+--         channel, i.e. no other client waits for the lock
 -- Returns one reply per request: {1, 0} freed (deleted and published),
 -- {2, count} still held with count holds (also for a resend that already
 -- landed), {3, token} freed and granted to the successor with a new
 -- fencing token (no message: nobody else was woken), {0, count-on-server}
 -- not held by this owner, or {-2, error message} for a request that failed alone.
 local function release(key, channel, token_key, lease, owner, expected, message,
-                       successor, successor_lease)
+                       successor, successor_lease, if_alone)
     local held = redis.call('hget', key, owner)
+    -- Fast path: the last hold of a lock nobody waits for here; counts are
+    -- compared as the decimal strings they are, without conversion.
+    if held == '1' and expected == '1' and successor == '' then
+        redis.call('del', key)
+        redis.call('publish', channel, message)
+        return {1, 0}
+    end
+    expected = tonumber(expected)
     if held == false then
         if successor ~= '' and expected == 1
             and redis.call('hget', key, successor) == '1'
@@ -33,9 +43,13 @@ local function release(key, channel, token_key, lease, owner, expected, message,
             redis.call('pexpire', key, lease)
             return {2, held - 1}
         end
-        if successor ~= '' and redis.call('hlen', key) == 1 then
-            redis.call('del', key)
-            redis.call('hset', key, successor, 1)
+        if successor ~= '' and redis.call('hlen', key) == 1
+            and (if_alone ~= '1'
+                 or redis.call('pubsub', 'numsub', channel)[2] <= 1) then
+            -- Add the successor before removing the owner: the key is never
+            -- deleted and re-created.
+            redis.call('hset', key, successor, '1')
+            redis.call('hdel', key, owner)
             redis.call('pexpire', key, successor_lease)
             return {3, redis.call('incr', token_key)}
         end
@@ -50,10 +64,10 @@ local function release(key, channel, token_key, lease, owner, expected, message,
 end
 
 local out = {}
-for i = 1, #ARGV / 6 do
+for i = 1, #ARGV / 7 do
     local ok, reply = pcall(release, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
-        ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), ARGV[6 * i - 2],
-        ARGV[6 * i - 1], ARGV[6 * i])
+        ARGV[7 * i - 6], ARGV[7 * i - 5], ARGV[7 * i - 4], ARGV[7 * i - 3],
+        ARGV[7 * i - 2], ARGV[7 * i - 1], ARGV[7 * i])
     if ok then
         out[i] = reply
     else
