@@ -42,4 +42,6 @@ pub mod guides {
     pub mod safety {}
     #[doc = include_str!("../../../docs/redisson.md")]
     pub mod redisson {}
+    #[doc = include_str!("../../../docs/performance.md")]
+    pub mod performance {}
 }

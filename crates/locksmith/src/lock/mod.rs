@@ -37,8 +37,15 @@ const ATTEMPTS: usize = 3;
 /// Source of holder ids, unique within this process.
 static NEXT_HOLDER_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A reentrant distributed lock handle. See the [module docs](self) for
-/// what "owner" means.
+/// A reentrant distributed lock handle.
+///
+/// A handle is a lock name plus an *owner*: this client's UUID and a holder
+/// id (`<uuid>:<holder-id>`, the shape of Redisson's `<uuid>:<thread-id>`).
+/// Every [`Client::lock`] call makes a new owner; clones of a handle share
+/// it. Async tasks have no stable thread identity, so ownership follows the
+/// handle, not the task: tasks that must exclude each other each call
+/// `client.lock(name)`; code that re-enters the lock passes the same handle
+/// (or a clone) down. See [`guides::locks`](crate::guides::locks).
 ///
 /// ```no_run
 /// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
