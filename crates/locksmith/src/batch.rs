@@ -17,6 +17,11 @@
 //! sends everything that queued meanwhile. Batches thus grow with the load
 //! by themselves, and a lone request never waits for company.
 //!
+//! A batch goes to one server, so all of its keys must live there: fine on
+//! a single Redis or behind Sentinel; a Redis Cluster client must batch per
+//! hash slot (a script's keys must share one), which this module leaves to
+//! a per-slot `Batcher`.
+//!
 //! Semantics per request are those of the one-request script: the script
 //! runs atomically, each request is evaluated in queue order, and a call
 //! that fails as a whole (timeout, dropped connection) fails every request
