@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::time::Instant;
 
 use super::{HoldState, Lock, LockGuard, Rollback};
 
@@ -143,6 +144,7 @@ impl Handoffs {
             *state = State::Offered;
             queue.streak = queue.streak.saturating_add(1);
             return Some(Offer {
+                successor: ticket.lock.clone(),
                 ticket: Some(ticket.clone()),
                 hold: Some(hold),
                 if_alone,
@@ -262,6 +264,8 @@ impl Drop for TicketGuard {
 /// locked until the outcome is known. Dropped unresolved (the releasing
 /// future was cancelled), it counts as an unknown outcome.
 pub(super) struct Offer {
+    /// The successor's handle (the ticket's).
+    successor: Lock,
     /// The offered ticket; taken when resolved.
     ticket: Option<Arc<Ticket>>,
     /// The successor owner's hold state.
@@ -273,11 +277,7 @@ pub(super) struct Offer {
 impl Offer {
     /// The successor's handle.
     pub(super) fn lock(&self) -> &Lock {
-        &self
-            .ticket
-            .as_ref()
-            .expect("an offer has its ticket until resolved")
-            .lock
+        &self.successor
     }
 
     /// Whether the hand-off must only happen when no other client listens
@@ -286,17 +286,23 @@ impl Offer {
         self.if_alone
     }
 
-    /// The successor's hold state, to record the grant in.
-    pub(super) fn hold(&mut self) -> &mut HoldState {
-        self.hold
-            .as_mut()
-            .expect("an offer has its hold until resolved")
+    /// The hand-off landed with fencing token `token` (the granting call was
+    /// sent at `sent_at`): record the grant in the successor's hold state
+    /// and deliver its guard.
+    pub(super) fn complete(mut self, token: u64, sent_at: Instant) {
+        let guard = match self.hold.as_mut() {
+            Some(hold) => self.successor.grant(hold, token, 1, sent_at),
+            None => return self.decline(true),
+        };
+        match guard {
+            Ok(guard) => self.grant(guard),
+            Err(_) => self.decline(true),
+        }
     }
 
-    /// The lock was handed over: deliver `guard` to the waiter, or release
-    /// it if the waiter went away.
-    pub(super) fn grant(mut self, guard: LockGuard) {
-        self.lock()
+    /// Deliver `guard` to the waiter, or release it if the waiter went away.
+    fn grant(mut self, guard: LockGuard) {
+        self.successor
             .shared
             .client
             .handoffs()

@@ -580,15 +580,10 @@ async fn release_locked(
         }
     };
     match (status, offer.take()) {
-        (3, Some(mut offer)) => {
+        (3, Some(offer)) => {
             state.count = 0;
             state.registration = None;
-            let token = u64::try_from(value).unwrap_or(0);
-            let successor = offer.lock().clone();
-            match successor.grant(offer.hold(), token, 1, sent_at) {
-                Ok(guard) => offer.grant(guard),
-                Err(_) => offer.decline(true),
-            }
+            offer.complete(u64::try_from(value).unwrap_or(0), sent_at);
             metrics::counter!("locksmith_lock_handoffs_total").increment(1);
             return Ok(());
         }
