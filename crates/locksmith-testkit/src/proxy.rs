@@ -4,6 +4,7 @@
 //! Plain threads, not tasks: the proxy must keep working whether or not the
 //! test runs inside a tokio runtime, and whether that runtime is busy.
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,6 +77,11 @@ struct Shared {
     stop: AtomicBool,
     /// Pump threads (two per connection), joined on drop.
     pumps: Mutex<Vec<JoinHandle<()>>>,
+    /// Connections accepted so far; a connection's index is its place in
+    /// accept order.
+    accepted: AtomicU64,
+    /// Indexes of connections abandoned by [`FaultProxy::sever`].
+    severed: Mutex<HashSet<u64>>,
 }
 
 impl Shared {
@@ -85,6 +91,13 @@ impl Shared {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    fn is_severed(&self, index: u64) -> bool {
+        self.severed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&index)
     }
 }
 
@@ -130,6 +143,26 @@ impl FaultProxy {
         self.shared.mode()
     }
 
+    /// Connections accepted so far (also those reset at once). The next
+    /// connection gets this number as its index.
+    pub fn connection_count(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Abandons connection `index` (0 = the first accepted) silently and for
+    /// good: nothing is forwarded in either direction any more, and the
+    /// client's socket stays open without an error. This is a half-open
+    /// connection, as after a NAT or firewall dropped the flow or the
+    /// server's host rebooted: only a request that times out reveals it.
+    /// Other and new connections are not affected.
+    pub fn sever(&self, index: u64) {
+        self.shared
+            .severed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(index);
+    }
+
     /// `127.0.0.1:<port>` clients should connect to.
     pub fn addr(&self) -> String {
         self.addr.to_string()
@@ -168,6 +201,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
             return;
         }
         let Ok(client) = client else { continue };
+        let index = shared.accepted.fetch_add(1, Ordering::SeqCst);
         let generation = shared.resets.load(Ordering::SeqCst);
         if shared.mode() == FaultMode::Reset {
             reset(&client);
@@ -192,6 +226,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
                 to: to.try_clone(),
                 client: client.try_clone(),
                 generation,
+                index,
                 shared: shared.clone(),
             };
             if let Ok(handle) = std::thread::Builder::new()
@@ -219,6 +254,8 @@ struct Pump {
     client: io::Result<TcpStream>,
     /// `Shared::resets` when the connection was accepted.
     generation: u64,
+    /// The connection's index, for [`FaultProxy::sever`].
+    index: u64,
     /// Mode and stop flag.
     shared: Arc<Shared>,
 }
@@ -238,6 +275,7 @@ impl Pump {
         };
         let ctl = Control {
             generation: self.generation,
+            index: self.index,
             shared: self.shared,
         };
         match pump(&mut from, &mut to, &ctl) {
@@ -259,6 +297,8 @@ impl Pump {
 struct Control {
     /// `Shared::resets` when the connection was accepted.
     generation: u64,
+    /// The connection's index, for [`FaultProxy::sever`].
+    index: u64,
     /// Mode and stop flag.
     shared: Arc<Shared>,
 }
@@ -280,6 +320,12 @@ impl Control {
     /// ends, then for the latency. `Some(end)` when the pump must stop.
     fn hold(&self) -> Option<End> {
         loop {
+            if self.shared.is_severed(self.index) {
+                if let Some(end) = self.sleep(TICK) {
+                    return Some(end);
+                }
+                continue;
+            }
             match self.shared.mode() {
                 FaultMode::BlackHole => {
                     if let Some(end) = self.sleep(TICK) {
@@ -317,7 +363,7 @@ fn pump(from: &mut TcpStream, to: &mut TcpStream, ctl: &Control) -> End {
         if let Some(end) = ctl.check() {
             return end;
         }
-        if ctl.shared.mode() == FaultMode::BlackHole {
+        if ctl.shared.mode() == FaultMode::BlackHole || ctl.shared.is_severed(ctl.index) {
             // Read nothing: the bytes stay queued in the kernel.
             std::thread::sleep(TICK);
             continue;

@@ -26,6 +26,14 @@
 //! runs atomically, each request is evaluated in queue order, and a call
 //! that fails as a whole (timeout, dropped connection) fails every request
 //! in it, each caller then deciding on its own whether to resend.
+//!
+//! Cancellation: a request whose caller went away before its call was sent
+//! is dropped, not sent. A caller that must undo its request if it lands
+//! (the lock's rollback of a cancelled acquire) passes a [`Tracker`] and
+//! waits on [`Tracked::settled`] before undoing: it resolves once the
+//! request can no longer reach Redis ahead of the undo (its call completed
+//! or failed, or it was dropped unsent), so the undo is never overtaken by
+//! the request it undoes.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -47,8 +55,31 @@ struct Request {
     keys: Vec<Vec<u8>>,
     /// This request's ARGV, in the script's per-request order.
     args: Vec<Vec<u8>>,
-    /// Where the reply goes; a dropped receiver (cancelled caller) is fine.
+    /// Where the reply goes; a closed receiver (cancelled caller) means the
+    /// request is dropped if it has not been sent yet.
     reply: oneshot::Sender<RedisResult<Value>>,
+    /// Dropped with the request: tells a [`Tracked`] the request is settled.
+    _tracker: Option<Tracker>,
+}
+
+/// Held by a queued request; its drop settles the matching [`Tracked`].
+pub(crate) struct Tracker(#[allow(dead_code)] oneshot::Sender<()>);
+
+/// Resolves once the tracked request is settled (see the module docs).
+pub(crate) struct Tracked(oneshot::Receiver<()>);
+
+/// A tracker and its [`Tracked`] end.
+pub(crate) fn tracker() -> (Tracker, Tracked) {
+    let (tx, rx) = oneshot::channel();
+    (Tracker(tx), Tracked(rx))
+}
+
+impl Tracked {
+    /// Waits until the request can no longer reach Redis ahead of anything
+    /// sent after this returns (on the same connection).
+    pub(crate) async fn settled(self) {
+        let _ = self.0.await;
+    }
 }
 
 /// The queue and the count of outstanding calls, under one lock.
@@ -100,16 +131,26 @@ impl Batcher {
 
     /// Queues one request and waits for its reply. The reply is the
     /// request's own element of the script's answer, converted to `T`; an
-    /// error reply for this request alone comes back as `Err`.
+    /// error reply for this request alone comes back as `Err`. `tracker`,
+    /// if given, is dropped once the request is settled.
+    ///
+    /// Cancel safety: dropping the future before the request was sent
+    /// withdraws it; after, the call goes on and only the reply is lost.
     pub(crate) async fn call<T: FromRedisValue>(
         &self,
         keys: Vec<Vec<u8>>,
         args: Vec<Vec<u8>>,
+        tracker: Option<Tracker>,
     ) -> RedisResult<T> {
         let (reply, answer) = oneshot::channel();
         let batch = {
             let mut queue = self.shared.lock();
-            queue.pending.push(Request { keys, args, reply });
+            queue.pending.push(Request {
+                keys,
+                args,
+                reply,
+                _tracker: tracker,
+            });
             if queue.in_flight >= MAX_IN_FLIGHT {
                 None
             } else {
@@ -159,8 +200,10 @@ fn request_error(message: &Value) -> RedisError {
     redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
 }
 
-/// Up to [`MAX_BATCH`] requests from the front of `pending`.
+/// Up to [`MAX_BATCH`] requests from the front of `pending`, leaving out
+/// (and dropping) those whose caller went away.
 fn take_batch(pending: &mut Vec<Request>) -> Vec<Request> {
+    pending.retain(|request| !request.reply.is_closed());
     if pending.len() <= MAX_BATCH {
         std::mem::take(pending)
     } else {
@@ -177,11 +220,12 @@ impl Drop for Slot {
         let batch = {
             let mut queue = self.0.lock();
             queue.in_flight -= 1;
-            if queue.pending.is_empty() {
+            let batch = take_batch(&mut queue.pending);
+            if batch.is_empty() {
                 return;
             }
             queue.in_flight += 1;
-            take_batch(&mut queue.pending)
+            batch
         };
         let slot = Slot(self.0.clone());
         match tokio::runtime::Handle::try_current() {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::batch::Batcher;
 use crate::error::{Error, Result};
 use crate::lock::Handoffs;
-use crate::notify::NotifyHub;
+use crate::notify::{HubTimeouts, NotifyHub};
 use crate::renewal::Renewer;
 use crate::scripts;
 
@@ -36,6 +36,10 @@ pub(crate) struct Config {
     /// Consecutive local hand-offs of one lock before a release frees it
     /// for everyone (0 disables hand-off).
     pub(crate) max_local_handoffs: u32,
+    /// How often the pub/sub connection is checked with PING, so a
+    /// half-open connection is replaced instead of silently delivering
+    /// nothing.
+    pub(crate) pubsub_ping_interval: Duration,
 }
 
 impl Default for Config {
@@ -46,6 +50,7 @@ impl Default for Config {
             lease: ClientBuilder::DEFAULT_LEASE,
             max_name_len: ClientBuilder::DEFAULT_MAX_NAME_LEN,
             max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
+            pubsub_ping_interval: ClientBuilder::DEFAULT_PUBSUB_PING_INTERVAL,
         }
     }
 }
@@ -82,6 +87,8 @@ impl ClientBuilder {
     pub const DEFAULT_MAX_NAME_LEN: usize = 64 * 1024;
     /// Default cap on consecutive local hand-offs of one lock: 16.
     pub const DEFAULT_MAX_LOCAL_HANDOFFS: u32 = 16;
+    /// Default health-check period of the pub/sub connection: 5 seconds.
+    pub const DEFAULT_PUBSUB_PING_INTERVAL: Duration = Duration::from_secs(5);
 
     /// Starts a builder for the Redis server at `url` (`redis://host:port/db`).
     pub fn new(url: impl Into<String>) -> Self {
@@ -134,16 +141,39 @@ impl ClientBuilder {
         self
     }
 
+    /// How often the client's pub/sub connection (the one waiters are woken
+    /// through) is checked with `PING` (default 5 s). A connection that
+    /// fails the check within the command timeout is replaced and every
+    /// waiter re-checks its lock. Without the check a half-open connection
+    /// (a NAT or firewall that dropped it, a server that restarted behind a
+    /// proxy) would deliver no release messages, and waiters would only
+    /// notice a release when the holder's lease ran out.
+    pub fn pubsub_ping_interval(mut self, interval: Duration) -> Self {
+        self.config.pubsub_ping_interval = interval;
+        self
+    }
+
     /// Validates the options and connects.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a malformed URL or a zero timeout or
-    /// lease; [`Error::Connect`] or [`Error::Timeout`] when the server cannot
-    /// be reached in time (the message names the address).
+    /// [`Error::InvalidArgument`] for a malformed URL, a zero timeout or
+    /// ping interval, or a lease too short to hold anything (see
+    /// [`Lock::with_lease`](crate::Lock::with_lease)); [`Error::Connect`]
+    /// or [`Error::Timeout`] when the server cannot be reached in time (the
+    /// message names the address).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future closes the connection being opened;
+    /// nothing is left on the server.
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
         if config.connect_timeout.is_zero() || config.command_timeout.is_zero() {
             return Err(Error::invalid("timeouts must be greater than zero"));
+        }
+        if config.pubsub_ping_interval.is_zero() {
+            return Err(Error::invalid(
+                "pubsub_ping_interval must be greater than zero",
+            ));
         }
         crate::validate::lease(config.lease)?;
         if config.max_name_len == 0 {
@@ -183,7 +213,14 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),
                 addr,
-                hub: NotifyHub::new(redis, config.connect_timeout.max(config.command_timeout)),
+                hub: NotifyHub::new(
+                    redis,
+                    HubTimeouts {
+                        connect: config.connect_timeout,
+                        command: config.command_timeout,
+                        ping_interval: config.pubsub_ping_interval,
+                    },
+                ),
                 renewer: Renewer::new(conn.clone()),
                 acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone()),
                 release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone()),
@@ -248,6 +285,9 @@ impl Client {
     ///
     /// # Errors
     /// See [`ClientBuilder::build`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ClientBuilder::build`].
     pub async fn open(url: &str) -> Result<Client> {
         ClientBuilder::new(url).build().await
     }
@@ -278,6 +318,9 @@ impl Client {
     /// # Errors
     /// [`Error::Timeout`] or a connection error when the server does not
     /// answer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: `PING` changes nothing.
     pub async fn ping(&self) -> Result<Duration> {
         let started = std::time::Instant::now();
         let mut conn = self.connection();
@@ -298,9 +341,17 @@ impl Client {
         &self.inner.hub
     }
 
-    /// The watchdog of this client.
+    /// The watchdog of this client. Restarts its task first if the runtime
+    /// it ran on has ended.
     pub(crate) fn renewer(&self) -> &Renewer {
+        self.inner.renewer.ensure_running();
         &self.inner.renewer
+    }
+
+    /// Restarts background tasks whose runtime has ended (see `task.rs`).
+    /// Called by every lock operation; two atomic checks when all is well.
+    pub(crate) fn ensure_background(&self) {
+        self.inner.renewer.ensure_running();
     }
 
     /// The acquire-script batcher.

@@ -1,9 +1,10 @@
 //! What a holder knows locally about its lease: when it runs out (by the
 //! monotonic clock) and whether it has been lost.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -15,14 +16,21 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 
 /// The local view of one hold's lease, shared by the guard(s) of the hold
 /// and the renewal task.
+///
+/// The deadline is never later than the server's expiry: it is set from
+/// the *send* time of the command that armed the lease, minus a drift
+/// allowance, and only a command known to have armed the lease moves it
+/// (forward or back); an answer that leaves it unclear whether the lease
+/// was re-armed can only pull it earlier.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    /// The latest instant at which the lease is still certainly valid:
-    /// measured from when the granting or renewing command was *sent*, so it
-    /// is never later than the server's own expiry.
+    /// The latest instant at which the lease is still certainly valid.
     deadline: Mutex<Instant>,
     /// Cancelled once the lease is known (or must be assumed) lost.
     lost: CancellationToken,
+    /// Wakes [`LostSignal::wait`] when the deadline moves, so a signal
+    /// waiting on its own timer follows a shortened lease.
+    moved: Notify,
 }
 
 impl LeaseState {
@@ -31,13 +39,33 @@ impl LeaseState {
         LeaseState {
             deadline: Mutex::new(valid_until(sent_at, lease)),
             lost: CancellationToken::new(),
+            moved: Notify::new(),
         }
     }
 
-    /// Records a renewal sent at `sent_at` that the server confirmed.
-    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
-        let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-        *deadline = (*deadline).max(valid_until(sent_at, lease));
+    /// Records that a command sent at `sent_at` set the lease to `lease`
+    /// on the server (a renewal, a re-entry, a release's re-arm): the
+    /// deadline follows it exactly, earlier or later. No effect once lost.
+    pub(crate) fn armed(&self, sent_at: Instant, lease: Duration) {
+        self.set(|_| valid_until(sent_at, lease));
+    }
+
+    /// Records that a command sent at `sent_at` *may* have set the lease to
+    /// `lease` (its answer does not say): the deadline can only move
+    /// earlier.
+    pub(crate) fn maybe_armed(&self, sent_at: Instant, lease: Duration) {
+        self.set(|old| old.min(valid_until(sent_at, lease)));
+    }
+
+    fn set(&self, f: impl FnOnce(Instant) -> Instant) {
+        if self.is_lost() {
+            return;
+        }
+        {
+            let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            *deadline = f(*deadline);
+        }
+        self.moved.notify_waiters();
     }
 
     /// The instant after which the lease must be assumed gone.
@@ -58,15 +86,24 @@ impl LeaseState {
         self.lost.cancel();
     }
 
-    /// True once the lease has been lost.
+    /// True once the lease has been lost, or its deadline has passed (which
+    /// then marks it lost: the check does not depend on the watchdog task
+    /// running).
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if self.deadline() <= Instant::now() {
+            self.mark_lost();
+            return true;
+        }
+        false
     }
 
     /// A signal that fires when this lease is lost.
-    pub(crate) fn signal(&self) -> LostSignal {
+    pub(crate) fn signal(self: &Arc<Self>) -> LostSignal {
         LostSignal {
-            token: self.lost.clone(),
+            state: self.clone(),
         }
     }
 }
@@ -94,21 +131,42 @@ fn valid_until(sent_at: Instant, lease: Duration) -> Instant {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LostSignal {
-    /// Shared with the lease state; cancelled exactly once, on loss.
-    token: CancellationToken,
+    /// The lease watched; its token is cancelled exactly once, on loss.
+    state: Arc<LeaseState>,
 }
 
 impl LostSignal {
-    /// True once the lease has been lost.
+    /// True once the lease has been lost (or its local deadline passed).
     pub fn is_lost(&self) -> bool {
-        self.token.is_cancelled()
+        self.state.is_lost()
     }
 
     /// A future that completes when the lease is lost (at once if it
     /// already was). It owns what it needs, so it can be moved into a task
-    /// or used straight in `tokio::select!`.
+    /// or used straight in `tokio::select!`. It keeps its own timer on the
+    /// local deadline, so it fires on time even if the client's watchdog
+    /// task is not running (its runtime ended).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing; a new call waits
+    /// for the same event.
     pub fn wait(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.token.clone().cancelled_owned()
+        let state = self.state.clone();
+        async move {
+            loop {
+                // Registered before reading the deadline, so a move between
+                // the read and the sleep is not missed.
+                let moved = state.moved.notified();
+                if state.is_lost() {
+                    return;
+                }
+                tokio::select! {
+                    _ = state.lost.cancelled() => return,
+                    _ = tokio::time::sleep_until(state.deadline()) => {}
+                    _ = moved => {}
+                }
+            }
+        }
     }
 }
 
@@ -120,12 +178,18 @@ mod tests {
     async fn deadline_is_conservative_and_only_moves_forward() {
         let start = Instant::now();
         let lease = Duration::from_secs(30);
-        let state = LeaseState::new(start, lease);
+        let state = Arc::new(LeaseState::new(start, lease));
         assert_eq!(state.deadline(), start + lease - drift(lease));
-        state.renewed(start - Duration::from_secs(10), lease);
+        // "May have been re-armed" only ever pulls the deadline in.
+        state.maybe_armed(start + Duration::from_secs(5), lease);
+        assert_eq!(state.deadline(), start + lease - drift(lease));
+        state.maybe_armed(start, Duration::from_secs(1));
+        assert_eq!(state.deadline(), start + Duration::from_millis(1000 - 12));
+        // A known re-arm moves it either way.
+        state.armed(start, lease);
         assert_eq!(state.deadline(), start + lease - drift(lease));
         tokio::time::advance(Duration::from_secs(10)).await;
-        state.renewed(Instant::now(), lease);
+        state.armed(Instant::now(), lease);
         assert!(state.remaining() > Duration::from_secs(29));
         let signal = state.signal();
         assert!(!signal.is_lost());
@@ -133,5 +197,26 @@ mod tests {
         assert!(signal.is_lost());
         assert_eq!(state.remaining(), Duration::ZERO);
         signal.wait().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_signal_fires_on_its_own_timer_and_follows_a_shortened_lease() {
+        let state = Arc::new(LeaseState::new(Instant::now(), Duration::from_secs(30)));
+        let signal = state.signal();
+        let waiting = tokio::spawn(signal.wait());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished());
+        // Re-armed to a shorter lease: the waiting future follows.
+        state.armed(Instant::now(), Duration::from_secs(2));
+        tokio::time::advance(Duration::from_millis(1990)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            waiting.is_finished(),
+            "fired at the new deadline, with no watchdog"
+        );
+        assert!(signal.is_lost());
+        // Once lost, nothing revives it.
+        state.armed(Instant::now(), Duration::from_secs(30));
+        assert!(state.is_lost());
     }
 }

@@ -27,6 +27,7 @@ mod lock;
 mod notify;
 mod renewal;
 mod scripts;
+mod task;
 mod validate;
 
 pub use client::{Client, ClientBuilder};

@@ -11,6 +11,12 @@
 //! Pub/sub is at-most-once: after a reconnect every waiter is woken (a
 //! message may have been missed), and callers always bound their sleep by
 //! the lock's remaining lease so a lost message costs a bounded delay.
+//!
+//! The connection is health-checked with `PING` every `ping_interval`: a
+//! half-open connection (the server or a middlebox forgot it, and nothing
+//! says so) would otherwise deliver nothing, turning every waiter into a
+//! lease-length poller. A failed ping replaces the connection. Reconnects
+//! back off exponentially (50 ms to 2 s) while they keep failing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +26,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
+
+use crate::task::TaskSlot;
 
 /// A waiter's mailbox.
 #[derive(Debug, Default)]
@@ -73,11 +81,28 @@ enum Command {
 struct Shared {
     /// Channels with at least one waiter.
     channels: Mutex<HashMap<String, Channel>>,
+    /// Command queue of the running connection task; replaced when the task
+    /// is restarted (its runtime ended), so waiters send through this slot
+    /// rather than keeping a sender of their own.
+    commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
 }
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `command` to the connection task. If the task is gone, the
+    /// next one subscribes to every registered channel when it connects.
+    fn send(&self, command: Command) {
+        if let Some(tx) = self
+            .commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(command);
+        }
     }
 
     /// Wakes the first waiter of `channel` that is not already awake.
@@ -100,6 +125,17 @@ impl Shared {
     }
 }
 
+/// Timing of the hub's connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HubTimeouts {
+    /// Bounds opening the connection.
+    pub(crate) connect: Duration,
+    /// Bounds each SUBSCRIBE, UNSUBSCRIBE and PING.
+    pub(crate) command: Duration,
+    /// How often the connection is checked with PING.
+    pub(crate) ping_interval: Duration,
+}
+
 /// The per-Client hub. Cheap to hold; its task starts on first use.
 #[derive(Debug)]
 pub(crate) struct NotifyHub {
@@ -107,35 +143,40 @@ pub(crate) struct NotifyHub {
     shared: Arc<Shared>,
     /// Opens the dedicated pub/sub connection (and re-opens it).
     redis: redis::Client,
-    /// Bounds connecting and subscribing.
-    timeout: Duration,
-    /// Command queue to the task; created with the task.
-    commands: std::sync::OnceLock<mpsc::UnboundedSender<Command>>,
+    /// Connect, command and health-check timing.
+    timeouts: HubTimeouts,
+    /// The connection task; restarted on the current runtime if the one
+    /// it ran on has ended.
+    task: TaskSlot,
 }
 
 impl NotifyHub {
-    /// A hub that will connect with `redis`, bounding each step by
-    /// `timeout`.
-    pub(crate) fn new(redis: redis::Client, timeout: Duration) -> Self {
+    /// A hub that will connect with `redis`.
+    pub(crate) fn new(redis: redis::Client, timeouts: HubTimeouts) -> Self {
         NotifyHub {
             shared: Arc::new(Shared::default()),
             redis,
-            timeout,
-            commands: std::sync::OnceLock::new(),
+            timeouts,
+            task: TaskSlot::default(),
         }
     }
 
-    fn commands(&self) -> &mpsc::UnboundedSender<Command> {
-        self.commands.get_or_init(|| {
+    /// Starts the connection task if it is not running.
+    fn ensure_task(&self) {
+        self.task.ensure(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run(
+            *self
+                .shared
+                .commands
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            run(
                 self.redis.clone(),
                 Arc::downgrade(&self.shared),
                 rx,
-                self.timeout,
-            ));
-            tx
-        })
+                self.timeouts,
+            )
+        });
     }
 
     /// Number of channels currently subscribed or being subscribed.
@@ -167,9 +208,13 @@ impl NotifyHub {
     }
 
     /// Joins the queue of `channel`, subscribing if this is its first
-    /// waiter, and waits (at most the hub's timeout) until the subscription
-    /// is confirmed. Re-check the resource after this returns.
-    pub(crate) async fn register(&self, channel: &str) -> Waiter {
+    /// waiter, and waits until the subscription is confirmed, but no later
+    /// than `deadline` (the caller's own) and no longer than the command
+    /// timeout. Re-check the resource after this returns.
+    ///
+    /// Cancel safe: dropping the future leaves the queue again.
+    pub(crate) async fn register(&self, channel: &str, deadline: Option<Instant>) -> Waiter {
+        self.ensure_task();
         let slot = Arc::new(Slot::default());
         let (mut ready, first) = {
             let mut channels = self.shared.lock();
@@ -195,16 +240,19 @@ impl NotifyHub {
         };
         let waiter = Waiter {
             shared: self.shared.clone(),
-            commands: self.commands().clone(),
             channel: channel.to_owned(),
             slot,
         };
         if first {
-            let _ = waiter.commands.send(Command::Subscribe(channel.to_owned()));
+            self.shared.send(Command::Subscribe(channel.to_owned()));
         }
         // If the subscription cannot be confirmed in time, carry on: the
         // caller's bounded sleep still guarantees progress.
-        let _ = tokio::time::timeout(self.timeout, ready.wait_for(|r| *r)).await;
+        let mut until = Instant::now() + self.timeouts.command;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        let _ = tokio::time::timeout_at(until, ready.wait_for(|r| *r)).await;
         waiter
     }
 }
@@ -213,10 +261,8 @@ impl NotifyHub {
 /// unsubscribes when it was the last waiter).
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    /// Registry to leave on drop.
+    /// Registry to leave on drop, and the way to request the unsubscribe.
     shared: Arc<Shared>,
-    /// To request the unsubscribe.
-    commands: mpsc::UnboundedSender<Command>,
     /// The channel waited on.
     channel: String,
     /// This waiter's mailbox.
@@ -253,9 +299,8 @@ impl Drop for Waiter {
         ch.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
         if ch.queue.is_empty() {
             channels.remove(&self.channel);
-            let _ = self
-                .commands
-                .send(Command::Unsubscribe(self.channel.clone()));
+            drop(channels);
+            self.shared.send(Command::Unsubscribe(self.channel.clone()));
         } else if self.slot.woken.load(Ordering::SeqCst) {
             // We were woken but never acted on it: hand the wake-up on.
             if let Some(next) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
@@ -265,100 +310,159 @@ impl Drop for Waiter {
     }
 }
 
+/// Shortest and longest pause between reconnect attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// A connection that lived at least this long before failing was healthy:
+/// reconnect at once, with the back-off reset.
+const HEALTHY: Duration = Duration::from_secs(1);
+
 /// The connection task: (re)connects, keeps subscriptions in line with the
-/// registry, and dispatches messages. Ends when the hub is dropped.
+/// registry, checks the connection's health, and dispatches messages. Ends
+/// when the hub is dropped.
 async fn run(
     redis: redis::Client,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    timeout: Duration,
+    timeouts: HubTimeouts,
 ) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = BACKOFF_MIN;
     let mut reconnecting = false;
     loop {
-        let pubsub = match tokio::time::timeout(timeout, redis.get_async_pubsub()).await {
-            Ok(Ok(p)) => p,
-            _ => {
-                if shared.upgrade().is_none() {
-                    return;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
-            }
-        };
-        let (mut sink, mut stream) = pubsub.split();
-        let Some(strong) = shared.upgrade() else {
+        let connected_at = Instant::now();
+        let outcome = session(&redis, &shared, &mut commands, timeouts, &mut reconnecting).await;
+        if let Session::HubGone = outcome {
             return;
-        };
-        let wanted: Vec<String> = strong.lock().keys().cloned().collect();
-        drop(strong);
-        if !wanted.is_empty()
-            && !matches!(
-                tokio::time::timeout(timeout, sink.subscribe(&wanted)).await,
-                Ok(Ok(()))
-            )
-        {
-            tokio::time::sleep(backoff).await;
-            continue;
         }
-        backoff = Duration::from_millis(50);
-        if let Some(strong) = shared.upgrade() {
-            for ch in strong.lock().values() {
-                ch.ready.send_replace(true);
-            }
-            if reconnecting {
-                tracing::debug!("pub/sub reconnected; waking all waiters");
-                strong.wake_all();
-            }
-        }
-        reconnecting = true;
-        loop {
-            tokio::select! {
-                command = commands.recv() => {
-                    let Some(command) = command else { return };
-                    let ok = match command {
-                        Command::Subscribe(channel) => {
-                            let ok = matches!(
-                                tokio::time::timeout(timeout, sink.subscribe(&channel)).await,
-                                Ok(Ok(()))
-                            );
-                            if ok {
-                                if let Some(strong) = shared.upgrade() {
-                                    if let Some(ch) = strong.lock().get(&channel) {
-                                        ch.ready.send_replace(true);
-                                    }
-                                }
-                            }
-                            ok
-                        }
-                        Command::Unsubscribe(channel) => {
-                            let still_wanted = shared
-                                .upgrade()
-                                .is_some_and(|s| s.lock().contains_key(&channel));
-                            still_wanted
-                                || matches!(
-                                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
-                                    Ok(Ok(()))
-                                )
-                        }
-                    };
-                    if !ok {
-                        break;
-                    }
-                }
-                message = stream.next() => {
-                    let Some(message) = message else { break };
-                    let Some(strong) = shared.upgrade() else { return };
-                    strong.wake_one(message.get_channel_name());
-                }
-            }
-        }
-        tracing::debug!("pub/sub connection lost; reconnecting");
         if let Some(strong) = shared.upgrade() {
             for ch in strong.lock().values_mut() {
                 ch.ready.send_replace(false);
                 ch.seq += 1;
+            }
+        } else {
+            return;
+        }
+        if connected_at.elapsed() >= HEALTHY {
+            backoff = BACKOFF_MIN;
+        } else {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+}
+
+/// Why a connection session ended.
+enum Session {
+    /// The hub (and its client) is gone: stop.
+    HubGone,
+    /// Connecting, subscribing or a health check failed: reconnect.
+    Failed,
+}
+
+/// One connection's life: connect, subscribe to every registered channel,
+/// then serve commands, messages and health checks until something fails.
+async fn session(
+    redis: &redis::Client,
+    shared: &Weak<Shared>,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    timeouts: HubTimeouts,
+    reconnecting: &mut bool,
+) -> Session {
+    let Ok(Ok(pubsub)) = tokio::time::timeout(timeouts.connect, redis.get_async_pubsub()).await
+    else {
+        return if shared.upgrade().is_none() {
+            Session::HubGone
+        } else {
+            Session::Failed
+        };
+    };
+    let (mut sink, mut stream) = pubsub.split();
+    let wanted: Vec<String> = match shared.upgrade() {
+        Some(strong) => strong.lock().keys().cloned().collect(),
+        None => return Session::HubGone,
+    };
+    if !wanted.is_empty()
+        && !matches!(
+            tokio::time::timeout(timeouts.command, sink.subscribe(&wanted)).await,
+            Ok(Ok(()))
+        )
+    {
+        return Session::Failed;
+    }
+    {
+        let Some(strong) = shared.upgrade() else {
+            return Session::HubGone;
+        };
+        let channels = strong.lock();
+        // Only what was just subscribed is ready; channels registered since
+        // have a Subscribe command queued and become ready when it is done.
+        for name in &wanted {
+            if let Some(ch) = channels.get(name) {
+                ch.ready.send_replace(true);
+            }
+        }
+        drop(channels);
+        if *reconnecting {
+            tracing::debug!("pub/sub reconnected; waking all waiters");
+            strong.wake_all();
+        }
+    }
+    *reconnecting = true;
+    let mut health = tokio::time::interval_at(
+        Instant::now() + timeouts.ping_interval,
+        timeouts.ping_interval,
+    );
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(command) = command else { return Session::HubGone };
+                let ok = match command {
+                    Command::Subscribe(channel) => {
+                        let ok = matches!(
+                            tokio::time::timeout(timeouts.command, sink.subscribe(&channel)).await,
+                            Ok(Ok(()))
+                        );
+                        if ok {
+                            if let Some(strong) = shared.upgrade() {
+                                if let Some(ch) = strong.lock().get(&channel) {
+                                    ch.ready.send_replace(true);
+                                }
+                            }
+                        }
+                        ok
+                    }
+                    Command::Unsubscribe(channel) => {
+                        let still_wanted = shared
+                            .upgrade()
+                            .is_some_and(|s| s.lock().contains_key(&channel));
+                        still_wanted
+                            || matches!(
+                                tokio::time::timeout(timeouts.command, sink.unsubscribe(&channel)).await,
+                                Ok(Ok(()))
+                            )
+                    }
+                };
+                if !ok {
+                    tracing::debug!("pub/sub command failed; reconnecting");
+                    return Session::Failed;
+                }
+            }
+            message = stream.next() => {
+                let Some(message) = message else {
+                    tracing::debug!("pub/sub connection closed; reconnecting");
+                    return Session::Failed;
+                };
+                let Some(strong) = shared.upgrade() else { return Session::HubGone };
+                strong.wake_one(message.get_channel_name());
+            }
+            _ = health.tick() => {
+                let pong = tokio::time::timeout(timeouts.command, sink.ping::<redis::Value>()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    tracing::warn!("pub/sub connection failed its health check; replacing it");
+                    return Session::Failed;
+                }
             }
         }
     }

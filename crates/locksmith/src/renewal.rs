@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::lease::LeaseState;
 use crate::scripts;
+use crate::task::TaskSlot;
 
 /// Most keys sent in one renewal call, so a huge batch does not block the
 /// server for long.
@@ -69,6 +70,10 @@ struct Entry {
     /// The last renewal failed: `next_renewal` is a retry time and must be
     /// honoured exactly, not pulled forward into a batch.
     retrying: bool,
+    /// Bumped whenever a lock call re-arms the lease. A renewal reply
+    /// applies only if no re-arm happened since the renewal was sent: a
+    /// stale reply must not overwrite the lease a later call set.
+    generation: u64,
 }
 
 /// State shared by the [`Renewer`] handle and its task.
@@ -86,17 +91,17 @@ struct Shared {
     /// scan or sees the plan that scan produced, and wakes the task only if
     /// it needs attention sooner.
     planned_wake: Mutex<Option<Instant>>,
-    /// Whether the task has been spawned (it starts on first use, inside
-    /// the caller's runtime).
-    started: std::sync::Once,
+    /// The task; started on first use inside the caller's runtime, and
+    /// again if that runtime ends while holds remain.
+    task: TaskSlot,
+    /// Connection the renewal calls go over.
+    conn: ConnectionManager,
 }
 
 /// Handle to a Client's watchdog. Dropping the last handle stops the task.
 pub(crate) struct Renewer {
     /// Shared with the task through a weak reference.
     shared: Arc<Shared>,
-    /// Connection the renewal calls go over.
-    conn: ConnectionManager,
 }
 
 impl std::fmt::Debug for Renewer {
@@ -131,16 +136,41 @@ impl Registration {
         &self.state
     }
 
-    /// Changes the lease the watchdog extends to (a reentrant re-acquire
-    /// with another lease) and records that the server just armed it.
+    /// A lock call sent at `sent_at` set the lease to `lease` on the server
+    /// (a re-entry or a release's re-arm, possibly with another lease than
+    /// before): the local deadline follows exactly, and the watchdog
+    /// extends to `lease` from now on, next at a third of it.
     pub(crate) fn rearmed(&self, sent_at: Instant, lease: Duration) {
-        self.state.renewed(sent_at, lease);
-        if let Some(shared) = self.shared.upgrade() {
-            if let Some(entry) = shared.lock_entries().get_mut(&self.id) {
-                entry.hold.lease = lease;
-            }
-            shared.wake.notify_one();
+        self.state.armed(sent_at, lease);
+        self.update(|entry| {
+            entry.hold.lease = lease;
+            entry.next_renewal = sent_at + lease / 3;
+        });
+    }
+
+    /// A lock call sent at `sent_at` *may* have set the lease to `lease`
+    /// (a resend answered "already done"): the deadline and the next
+    /// renewal can only move earlier.
+    pub(crate) fn maybe_rearmed(&self, sent_at: Instant, lease: Duration) {
+        self.state.maybe_armed(sent_at, lease);
+        self.update(|entry| {
+            entry.next_renewal = entry.next_renewal.min(sent_at + lease / 3);
+        });
+    }
+
+    /// Applies `f` to this hold's entry, invalidates renewal replies in
+    /// flight, and wakes the watchdog (restarting it if its runtime ended).
+    fn update(&self, f: impl FnOnce(&mut Entry)) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if let Some(entry) = shared.lock_entries().get_mut(&self.id) {
+            f(entry);
+            entry.generation += 1;
+            entry.retrying = false;
         }
+        shared.ensure_task();
+        shared.wake.notify_one();
     }
 }
 
@@ -156,6 +186,16 @@ impl Shared {
     fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Starts the task on the current runtime if it is not running.
+    fn ensure_task(self: &Arc<Self>) {
+        let restarted = self
+            .task
+            .ensure(|| run(Arc::downgrade(self), self.conn.clone()));
+        if restarted && !self.lock_entries().is_empty() {
+            tracing::debug!("watchdog task (re)started on the current runtime");
+        }
+    }
 }
 
 impl Renewer {
@@ -168,9 +208,17 @@ impl Renewer {
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
                 planned_wake: Mutex::new(None),
-                started: std::sync::Once::new(),
+                task: TaskSlot::default(),
+                conn,
             }),
-            conn,
+        }
+    }
+
+    /// Restarts the watchdog task if the runtime it ran on has ended while
+    /// holds are registered. Cheap; called on every lock operation.
+    pub(crate) fn ensure_running(&self) {
+        if !self.shared.task.is_running() && !self.shared.lock_entries().is_empty() {
+            self.shared.ensure_task();
         }
     }
 
@@ -197,6 +245,7 @@ impl Renewer {
             state: state.clone(),
             in_flight: false,
             retrying: false,
+            generation: 0,
         };
         let wake = {
             let mut entries = self.shared.lock_entries();
@@ -208,9 +257,7 @@ impl Renewer {
                 .unwrap_or_else(|e| e.into_inner());
             planned.is_none_or(|p| first_event < p)
         };
-        self.shared.started.call_once(|| {
-            tokio::spawn(run(Arc::downgrade(&self.shared), self.conn.clone()));
-        });
+        self.shared.ensure_task();
         if wake {
             self.shared.wake.notify_one();
         }
@@ -230,20 +277,16 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
             return;
         };
         let now = Instant::now();
-        let mut batch: Vec<(u64, String, Ownership, String, Duration)> = Vec::new();
+        let mut batch: Vec<Due> = Vec::new();
         let mut wake_at = now + Duration::from_secs(60);
         {
             let mut entries = strong.lock_entries();
             entries.retain(|_, entry| {
-                if entry.state.is_lost() {
-                    return false;
-                }
-                if entry.state.deadline() <= now {
+                if entry.state.deadline() <= now && entry.hold.renew {
                     tracing::warn!(key = %entry.hold.key, "lease ran out before renewal was confirmed; marking lock lost");
-                    entry.state.mark_lost();
-                    return false;
                 }
-                true
+                // Marks the lease lost once its deadline has passed.
+                !entry.state.is_lost()
             });
             for (id, entry) in entries.iter_mut() {
                 wake_at = wake_at.min(entry.state.deadline());
@@ -259,13 +302,14 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
                 };
                 if entry.next_renewal <= now + slack {
                     entry.in_flight = true;
-                    batch.push((
-                        *id,
-                        entry.hold.key.clone(),
-                        entry.hold.ownership,
-                        entry.hold.owner.clone(),
-                        entry.hold.lease,
-                    ));
+                    batch.push(Due {
+                        id: *id,
+                        key: entry.hold.key.clone(),
+                        ownership: entry.hold.ownership,
+                        owner: entry.hold.owner.clone(),
+                        lease: entry.hold.lease,
+                        generation: entry.generation,
+                    });
                 } else {
                     wake_at = wake_at.min(entry.next_renewal);
                 }
@@ -293,19 +337,32 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
     }
 }
 
+/// One hold in a renewal call.
+#[derive(Clone)]
+struct Due {
+    /// The entry id.
+    id: u64,
+    /// The lock key.
+    key: String,
+    /// How ownership is recorded.
+    ownership: Ownership,
+    /// Field or token that must still own the key.
+    owner: String,
+    /// The lease to extend to.
+    lease: Duration,
+    /// The entry's generation when the call was prepared.
+    generation: u64,
+}
+
 /// Sends one renewal call and applies its answers.
-async fn renew_batch(
-    shared: Weak<Shared>,
-    mut conn: ConnectionManager,
-    batch: Vec<(u64, String, Ownership, String, Duration)>,
-) {
+async fn renew_batch(shared: Weak<Shared>, mut conn: ConnectionManager, batch: Vec<Due>) {
     let mut invocation = scripts::RENEW.prepare_invoke();
-    for (_, key, ownership, owner, lease) in &batch {
+    for due in &batch {
         invocation
-            .key(key)
-            .arg(ownership.code())
-            .arg(owner)
-            .arg(lease.as_millis() as u64);
+            .key(&due.key)
+            .arg(due.ownership.code())
+            .arg(&due.owner)
+            .arg(due.lease.as_millis() as u64);
     }
     let sent_at = Instant::now();
     let reply: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
@@ -317,19 +374,24 @@ async fn renew_batch(
         match reply {
             Ok(results) => {
                 metrics::counter!("locksmith_renewal_calls_total").increment(1);
-                for ((id, key, _, _, lease), renewed) in batch.iter().zip(results) {
-                    let Some(entry) = entries.get_mut(id) else {
+                for (due, renewed) in batch.iter().zip(results) {
+                    let Some(entry) = entries.get_mut(&due.id) else {
                         continue;
                     };
                     entry.in_flight = false;
+                    if entry.generation != due.generation {
+                        // A lock call re-armed the lease after this renewal
+                        // was sent; what it recorded stands.
+                        continue;
+                    }
                     entry.retrying = false;
                     if renewed == 1 {
-                        entry.state.renewed(sent_at, *lease);
-                        entry.next_renewal = sent_at + *lease / 3;
+                        entry.state.armed(sent_at, due.lease);
+                        entry.next_renewal = sent_at + due.lease / 3;
                     } else {
-                        tracing::warn!(%key, "lock no longer held at renewal; marking it lost");
+                        tracing::warn!(key = %due.key, "lock no longer held at renewal; marking it lost");
                         entry.state.mark_lost();
-                        entries.remove(id);
+                        entries.remove(&due.id);
                     }
                 }
             }
@@ -337,13 +399,17 @@ async fn renew_batch(
                 metrics::counter!("locksmith_renewal_failures_total").increment(1);
                 tracing::warn!(error = %err, holds = batch.len(), "lease renewal failed; retrying");
                 let now = Instant::now();
-                for (id, _, _, _, lease) in &batch {
-                    if let Some(entry) = entries.get_mut(id) {
+                for due in &batch {
+                    if let Some(entry) = entries.get_mut(&due.id) {
                         entry.in_flight = false;
+                        if entry.generation != due.generation {
+                            continue;
+                        }
                         entry.retrying = true;
                         // Retry soon, well before the deadline.
                         entry.next_renewal = now
-                            + (*lease / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+                            + (due.lease / 10)
+                                .clamp(Duration::from_millis(1), Duration::from_secs(1));
                     }
                 }
             }

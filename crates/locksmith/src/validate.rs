@@ -10,6 +10,12 @@ use crate::error::{Error, Result};
 /// refused locally rather than surfacing as a server error.
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(i64::MAX as u64 / 2);
 
+/// The shortest lease accepted. A lease is only useful if the holder has
+/// time to act within it after the drift allowance (`lease × 1% + 2 ms`)
+/// and a round trip; below this the local deadline would pass before the
+/// grant's reply arrives.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// Rejects empty names and names longer than `max_len` bytes.
 pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     if name.is_empty() {
@@ -24,12 +30,12 @@ pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Rejects zero leases, leases with sub-millisecond precision only, and
-/// leases beyond what Redis accepts.
+/// Rejects leases shorter than [`MIN_LEASE`] and leases beyond what Redis
+/// accepts.
 pub(crate) fn lease(lease: Duration) -> Result<()> {
-    if lease.as_millis() == 0 {
+    if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
-            "lease must be at least 1ms, got {lease:?}"
+            "lease must be at least {MIN_LEASE:?} (the drift allowance alone is 2 ms), got {lease:?}"
         )));
     }
     if lease > MAX_LEASE {
@@ -64,7 +70,9 @@ mod tests {
     fn leases() {
         assert!(lease(Duration::ZERO).is_err());
         assert!(lease(Duration::from_micros(999)).is_err());
-        assert!(lease(Duration::from_millis(1)).is_ok());
+        assert!(lease(Duration::from_millis(3)).is_err());
+        assert!(lease(Duration::from_millis(9)).is_err());
+        assert!(lease(Duration::from_millis(10)).is_ok());
         assert!(lease(Duration::MAX).is_err());
     }
 

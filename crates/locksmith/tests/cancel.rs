@@ -120,3 +120,45 @@ async fn dropped_acquires_leave_nothing_behind() {
     .await;
     assert!(unsubscribed, "server still counts subscribers: {numsub:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_queued_behind_busy_calls_never_lands_after_its_rollback() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let mut admin = server.connection().unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("ALL")
+        .query(&mut admin)
+        .unwrap();
+    // Two acquire calls in flight (the most one client keeps outstanding),
+    // stuck behind the pause.
+    let busy: Vec<_> = ["paused-a", "paused-b"]
+        .into_iter()
+        .map(|name| {
+            let lock = client.lock(name).unwrap();
+            tokio::spawn(async move { lock.lock().await.map(drop) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A third acquire queues behind them and is cancelled before it is
+    // sent; its rollback must not be overtaken by the grant it undoes.
+    let lock = client.lock("paused-cancel").unwrap();
+    let long = lock.with_lease(Duration::from_secs(600)).unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), long.lock()).await;
+    assert!(cancelled.is_err(), "nothing answers during the pause");
+    for task in busy {
+        task.await.unwrap().unwrap();
+    }
+    // Whatever the order, no 600 s lock is left behind without an owner.
+    let clean = eventually(Duration::from_secs(5), || async {
+        !lock.is_locked().await.unwrap() && client.tracked_lease_count() == 0
+    })
+    .await;
+    let mut conn = server.connection().unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("paused-cancel")
+        .query(&mut conn)
+        .unwrap();
+    assert!(clean, "an orphaned grant is left with {ttl} ms to live");
+}

@@ -142,6 +142,63 @@ async fn a_fixed_lease_successor_gets_its_own_lease_and_no_watchdog() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streak_cap_holds_when_two_owners_take_turns() {
+    let server = RedisServer::start().unwrap();
+    let limit = 4;
+    let busy = client_with(&server, limit).await;
+    let outsider = client_with(&server, limit).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two owners of one client take turns: the local queue empties at
+    // every hand-off (its only waiter is granted) and refills a moment
+    // later. The streak must survive that.
+    let mut loops = Vec::new();
+    for _ in 0..2 {
+        let lock = busy.lock("turns").unwrap();
+        let stop = stop.clone();
+        loops.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 5_000 {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                n += 1;
+            }
+        }));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            busy.local_handoff_count() > 0
+        })
+        .await,
+        "the two owners hand the lock to each other"
+    );
+    for _ in 0..3 {
+        let before = busy.local_handoff_count();
+        let got = outsider
+            .lock("turns")
+            .unwrap()
+            .try_lock_for(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("another client gets the lock while two owners take turns");
+        let handed = busy.local_handoff_count() - before;
+        assert!(
+            handed <= 4 * u64::from(limit),
+            "the outsider waited through {handed} local hand-offs (cap {limit})"
+        );
+        got.release().await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        tokio::time::timeout(Duration::from_secs(10), l)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaks_are_capped_so_other_clients_get_the_lock() {
     let server = RedisServer::start().unwrap();
     let busy = client_with(&server, 4).await;

@@ -183,6 +183,22 @@ async fn bad_input_is_rejected_clearly() {
         .with_lease(Duration::MAX)
         .unwrap_err()
         .is_invalid_argument());
+    // A lease too short to hold anything once the drift allowance
+    // (1% + 2 ms) is taken off is refused, with the minimum named.
+    for too_short in [1, 2, 5, 9] {
+        let err = lock
+            .with_lease(Duration::from_millis(too_short))
+            .unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert!(err.to_string().contains("10ms"), "{err}");
+    }
+    assert!(lock.with_lease(Duration::from_millis(10)).is_ok());
+    assert!(locksmith::Client::builder(server.url())
+        .lease(Duration::from_millis(3))
+        .build()
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
     assert!(lock
         .try_lock_for(Duration::MAX)
         .await
@@ -207,6 +223,48 @@ async fn bad_input_is_rejected_clearly() {
     let v: String = redis::cmd("GET").arg("a-string").query(&mut conn).unwrap();
     assert_eq!(v, "x", "nothing lost");
     assert_eq!(keys(&server), vec!["a-string".to_string()]);
+
+    // A fencing counter of the wrong type is reported as that key, and the
+    // lock is not taken without a token.
+    let _: () = redis::cmd("HSET")
+        .arg("redisson_lock_token:{fenced}")
+        .arg("f")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    let err = client.lock("fenced").unwrap().try_lock().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType);
+    assert!(
+        matches!(&err, Error::WrongType { key } if key == "redisson_lock_token:{fenced}"),
+        "{err}"
+    );
+    assert!(!client.lock("fenced").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_reentry_never_waits_behind_local_waiters() {
+    let (_server, client) = setup(Duration::from_secs(10)).await;
+    let holder = client.lock("reenter-past-waiters").unwrap();
+    let outer = holder.lock().await.unwrap();
+    // Another owner of the same client parks waiting for the lock.
+    let waiter = client.lock("reenter-past-waiters").unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            client.parked_waiter_count() == 1
+        })
+        .await
+    );
+    // The holder re-enters at once instead of queueing behind the waiter
+    // until the recorded lease end (10 s).
+    let inner = tokio::time::timeout(Duration::from_secs(3), holder.lock())
+        .await
+        .expect("re-entry does not wait behind local waiters")
+        .unwrap();
+    assert_eq!(holder.hold_count().await.unwrap(), 2);
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
 }
 
 fn evalsha_calls(server: &locksmith_testkit::RedisServer) -> u64 {

@@ -108,17 +108,19 @@ fn resent_acquire_and_release_do_not_double_count() {
         redis::cmd("HGET").arg("idem").arg(owner).query(c).unwrap()
     };
 
-    // First grant, then its resend: one hold, one fencing token.
+    // First grant, then its resend: one hold, one fencing token; the
+    // resend says the grant (and its lease) came from an earlier send.
     assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1, 1));
-    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (2, 1, 1));
     assert_eq!(count(&mut c), Some(1));
     // Reentrant grant and its resend: two holds.
     assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
-    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (2, 1, 2));
     assert_eq!(count(&mut c), Some(2));
-    // Release from 2 and its resend: one hold left.
+    // Release from 2 and its resend: one hold left; the resend changes
+    // nothing (not even the lease) and says so.
     assert_eq!(release_one(&mut c, "idem", owner, 2, "", false), (2, 1));
-    assert_eq!(release_one(&mut c, "idem", owner, 2, "", false), (2, 1));
+    assert_eq!(release_one(&mut c, "idem", owner, 2, "", false), (4, 1));
     assert_eq!(count(&mut c), Some(1));
     // Final release frees; its resend finds nothing (the client treats a
     // "gone" answer to a resent final release as success).
@@ -147,7 +149,7 @@ fn handoff_release_is_idempotent_and_issues_a_new_token() {
     // The resend recognizes the landed hand-off instead of reporting "not
     // held", and changes nothing.
     assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 2));
-    assert_eq!(acquire_one(&mut c, "ho", b, 0), (1, 2, 1));
+    assert_eq!(acquire_one(&mut c, "ho", b, 0), (2, 2, 1));
     // A release with holds left never hands off.
     assert_eq!(acquire_one(&mut c, "ho", b, 1), (1, 2, 2));
     assert_eq!(release_one(&mut c, "ho", b, 2, a, false), (2, 1));
@@ -196,4 +198,21 @@ fn one_bad_request_in_a_batch_does_not_fail_the_others() {
     // The string was left alone.
     let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
     assert_eq!(v, "x");
+    // A fencing counter of the wrong type fails the grant with nothing
+    // written: no half-granted lock without a token.
+    let _: () = redis::cmd("HSET")
+        .arg("redisson_lock_token:{three}")
+        .arg("f")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    let replies = acquire_batch(&mut c, &[("three", owner, 0)]);
+    let (status, message): (i64, String) = redis::from_redis_value(replies[0].clone()).unwrap();
+    assert_eq!(
+        (status, message.starts_with("WRONGTYPE")),
+        (-2, true),
+        "{message}"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("three").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
 }

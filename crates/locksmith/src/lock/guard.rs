@@ -24,6 +24,9 @@ use crate::renewal::Registration;
 pub struct LockGuard {
     /// What to release; `None` once released.
     holder: Option<Holder>,
+    /// A release call was started: if its future is dropped, the release
+    /// that Drop sends is a resend of it.
+    releasing: bool,
     /// Fencing token of this grant.
     token: u64,
     /// Local lease view, shared with the watchdog.
@@ -48,6 +51,7 @@ impl LockGuard {
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
         LockGuard {
             holder: Some(Holder::Reentrant(lock)),
+            releasing: false,
             token,
             lease,
         }
@@ -66,6 +70,7 @@ impl LockGuard {
                 token,
                 _registration: registration,
             }),
+            releasing: false,
             token: fencing,
         }
     }
@@ -106,18 +111,24 @@ impl LockGuard {
 
     /// Releases this hold.
     ///
-    /// If the returned future is dropped before it completes, the guard's
-    /// drop sends the release again in the background; the release scripts
-    /// recognize a resend, so the hold is released exactly once.
-    ///
     /// # Errors
     /// [`Error::NotHeld`] when the lock had already been lost (expired or
     /// force-unlocked): whatever it protected may have been touched by
     /// another holder since. Connection errors and timeouts when Redis
-    /// cannot be reached (the lease then runs out on its own).
+    /// cannot be reached even after resending: the hold is then given up
+    /// locally (the watchdog stops renewing it, so the lease runs out on
+    /// its own), and the release keeps being resent in the background until
+    /// Redis answers or the lease is over, so the lock is freed as soon as
+    /// Redis is reachable again. The handle's next call waits for that.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped before it completes, the
+    /// guard's drop sends the release again in the background; the release
+    /// scripts recognize a resend, so the hold is released exactly once.
     pub async fn release(mut self) -> Result<()> {
+        self.releasing = true;
         let result = match &self.holder {
-            Some(holder) => holder.release().await,
+            Some(holder) => holder.release(false).await,
             None => Ok(()),
         };
         // Completed: nothing left for drop to do.
@@ -127,10 +138,19 @@ impl LockGuard {
 }
 
 impl Holder {
-    async fn release(&self) -> Result<()> {
+    /// Releases the hold; `resend` when an earlier call of this release
+    /// may have landed.
+    async fn release(&self, resend: bool) -> Result<()> {
         match self {
-            Holder::Reentrant(lock) => lock.release_one().await,
-            Holder::Simple { lock, token, .. } => lock.release_token(token).await,
+            Holder::Reentrant(lock) => lock.release_one(resend).await,
+            Holder::Simple {
+                lock,
+                token,
+                _registration: registration,
+            } => {
+                let lost_before = registration.state().is_lost();
+                lock.release_token(token, resend, lost_before).await
+            }
         }
     }
 }
@@ -140,10 +160,11 @@ impl Drop for LockGuard {
         let Some(holder) = self.holder.take() else {
             return;
         };
+        let resend = self.releasing;
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(e) = holder.release().await {
+                    if let Err(e) = holder.release(resend).await {
                         tracing::warn!(error = %e, "release of a dropped lock guard failed");
                     }
                 });

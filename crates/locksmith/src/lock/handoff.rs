@@ -19,7 +19,13 @@
 //! hand-offs of one lock, the next hand-off only happens if no other
 //! connection listens on the lock's release channel (checked inside the
 //! release script with `PUBSUB NUMSUB`); otherwise the release frees the
-//! lock for real and publishes, and every waiter races for it as usual.
+//! lock for real and publishes. The streak counts hand-offs since the lock
+//! was last freed for real, whatever happens to the queue in between (two
+//! owners taking turns empty and refill it at every hand-off). After such
+//! a forced release this client's own waiters hold back for about two
+//! round trips of the release call, so the woken waiter of the other client
+//! gets a real chance instead of losing the race to a waiter that is one
+//! network hop closer.
 //! Clients that poll instead of subscribing are not seen by that check;
 //! a lock that is never free starves them whoever holds it.
 //!
@@ -32,6 +38,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::time::Duration;
+
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -40,21 +48,27 @@ use super::{HoldState, Lock, LockGuard, Rollback};
 /// Per-client registry of parked waiters, by lock name.
 #[derive(Debug)]
 pub(crate) struct Handoffs {
-    /// Queues of tickets by lock name; a name without waiters has no entry.
-    queues: Mutex<HashMap<String, Queue>>,
+    /// Queues, streaks and yields, under one lock.
+    registry: Mutex<Registry>,
     /// Consecutive hand-offs allowed per lock before a real release.
     limit: u32,
     /// Hand-offs that landed, over the client's life.
     completed: AtomicU64,
 }
 
-/// The waiters of one lock.
+/// What the registry tracks per lock name. A name appears only while it
+/// has waiters, an unbroken hand-off streak, or a yield in force.
 #[derive(Debug, Default)]
-struct Queue {
+struct Registry {
     /// Tickets in arrival order.
-    tickets: VecDeque<Arc<Ticket>>,
-    /// Hand-offs since the lock was last freed for real.
-    streak: u32,
+    queues: HashMap<String, VecDeque<Arc<Ticket>>>,
+    /// Hand-offs since the lock was last freed for real. Kept apart from
+    /// the queue: the queue empties whenever its last waiter is granted,
+    /// while the streak must run until the lock is really freed.
+    streaks: HashMap<String, u32>,
+    /// Until when this client's waiters hold back after the lock was freed
+    /// for real because the streak limit was reached.
+    yields: HashMap<String, Instant>,
 }
 
 /// A parked waiter's place in the queue, and its mailbox for a grant.
@@ -99,19 +113,19 @@ impl Handoffs {
     /// disables hand-off).
     pub(crate) fn new(limit: u32) -> Self {
         Handoffs {
-            queues: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
             limit,
             completed: AtomicU64::new(0),
         }
     }
 
-    fn queues(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Number of tickets queued across all locks (diagnostics and tests).
     pub(crate) fn len(&self) -> usize {
-        self.queues().values().map(|q| q.tickets.len()).sum()
+        self.registry().queues.values().map(VecDeque::len).sum()
     }
 
     /// Hand-offs that landed so far (diagnostics and tests).
@@ -127,10 +141,16 @@ impl Handoffs {
         if self.limit == 0 {
             return None;
         }
-        let mut queues = self.queues();
-        let queue = queues.get_mut(name)?;
-        let if_alone = queue.streak >= self.limit;
-        for ticket in &queue.tickets {
+        let mut registry = self.registry();
+        let Registry {
+            queues, streaks, ..
+        } = &mut *registry;
+        let if_alone = streaks.get(name).is_some_and(|n| *n >= self.limit);
+        let Some(queue) = queues.get(name) else {
+            streaks.remove(name);
+            return None;
+        };
+        for ticket in queue {
             let mut state = ticket.lock_state();
             if !matches!(*state, State::Open) {
                 continue;
@@ -142,7 +162,8 @@ impl Handoffs {
                 continue;
             }
             *state = State::Offered;
-            queue.streak = queue.streak.saturating_add(1);
+            let streak = streaks.entry(name.to_owned()).or_default();
+            *streak = streak.saturating_add(1);
             return Some(Offer {
                 successor: ticket.lock.clone(),
                 ticket: Some(ticket.clone()),
@@ -150,15 +171,34 @@ impl Handoffs {
                 if_alone,
             });
         }
-        queue.streak = 0;
+        streaks.remove(name);
         None
     }
 
-    /// The lock `name` was freed for real: a new streak starts.
+    /// The lock `name` was freed for real (or lost): a new streak starts.
     pub(super) fn freed(&self, name: &str) {
-        if let Some(queue) = self.queues().get_mut(name) {
-            queue.streak = 0;
+        self.registry().streaks.remove(name);
+    }
+
+    /// The lock `name` was freed for real because the streak limit was
+    /// reached while other clients wait: this client's waiters hold back
+    /// for `pause` so one of those gets it.
+    pub(super) fn yield_to_others(&self, name: &str, pause: Duration) {
+        self.registry()
+            .yields
+            .insert(name.to_owned(), Instant::now() + pause);
+    }
+
+    /// Until when an acquire of `name` from this client should hold back,
+    /// if a yield is in force.
+    pub(super) fn yielding_until(&self, name: &str) -> Option<Instant> {
+        let mut registry = self.registry();
+        let until = *registry.yields.get(name)?;
+        if until <= Instant::now() {
+            registry.yields.remove(name);
+            return None;
         }
+        Some(until)
     }
 }
 
@@ -184,10 +224,10 @@ impl TicketGuard {
         });
         let handoffs = lock.shared.client.handoffs();
         handoffs
-            .queues()
+            .registry()
+            .queues
             .entry(lock.shared.name.clone())
             .or_default()
-            .tickets
             .push_back(ticket.clone());
         TicketGuard { ticket }
     }
@@ -236,11 +276,11 @@ impl Drop for TicketGuard {
     fn drop(&mut self) {
         let lock = &self.ticket.lock;
         {
-            let mut queues = lock.shared.client.handoffs().queues();
-            if let Some(queue) = queues.get_mut(&lock.shared.name) {
-                queue.tickets.retain(|t| !Arc::ptr_eq(t, &self.ticket));
-                if queue.tickets.is_empty() {
-                    queues.remove(&lock.shared.name);
+            let mut registry = lock.shared.client.handoffs().registry();
+            if let Some(queue) = registry.queues.get_mut(&lock.shared.name) {
+                queue.retain(|t| !Arc::ptr_eq(t, &self.ticket));
+                if queue.is_empty() {
+                    registry.queues.remove(&lock.shared.name);
                 }
             }
         }
@@ -289,7 +329,7 @@ impl Offer {
     /// The hand-off landed with fencing token `token` (the granting call was
     /// sent at `sent_at`): record the grant in the successor's hold state
     /// and deliver its guard.
-    pub(super) fn complete(mut self, token: u64, sent_at: Instant) {
+    pub(super) fn complete(mut self, token: i64, sent_at: Instant) {
         let guard = match self.hold.as_mut() {
             Some(hold) => self.successor.grant(hold, token, 1, sent_at),
             None => return self.decline(true),
@@ -364,6 +404,7 @@ impl Offer {
                 shared: ticket.lock.shared.clone(),
                 state: hold,
                 expected_after: 1,
+                after: None,
             });
         }
     }

@@ -28,7 +28,7 @@ pub use guard::LockGuard;
 pub(crate) use handoff::Handoffs;
 pub use simple::SimpleLock;
 
-use handoff::{Claim, TicketGuard};
+use handoff::{Claim, Offer, TicketGuard};
 
 /// Attempts per script call when the reply is lost (timeout or dropped
 /// connection). Resending is safe because the scripts are idempotent.
@@ -296,14 +296,16 @@ impl Lock {
         let channel = &self.shared.channel;
         let seen = hub.seq(channel);
         // Other waiters of this client queue already: the lock is held, so
-        // join them without a round trip (unless only one try is wanted).
+        // join them without a round trip (unless only one try is wanted, or
+        // this owner holds the lock and is re-entering: that never waits).
         let queued = match wait {
             Some(w) if w.is_zero() => None,
+            _ if !self.holds_nothing() => None,
             _ => hub.busy_until(channel),
         };
         let mut busy_until = match queued {
             Some(until) => until,
-            None => match self.attempt().await? {
+            None => match self.attempt_unless_yielding(deadline).await? {
                 Attempt::Granted(guard) => return Ok(Some(guard)),
                 Attempt::Busy(pttl) => Instant::now() + pttl,
             },
@@ -312,7 +314,7 @@ impl Lock {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        let waiter = hub.register(channel).await;
+        let waiter = hub.register(channel, deadline).await;
         waiter.note_busy(busy_until);
         // Parked in this client's hand-off queue: a local holder's release
         // may grant us the lock directly.
@@ -332,7 +334,7 @@ impl Lock {
                     // arrives through the ticket.
                     Claim::Pending => {}
                     Claim::Attempt => {
-                        let result = self.attempt().await;
+                        let result = self.attempt_unless_yielding(deadline).await;
                         ticket.reopen();
                         match result? {
                             Attempt::Granted(guard) => return Ok(Some(guard)),
@@ -363,19 +365,51 @@ impl Lock {
         }
     }
 
+    /// True when this owner is known to hold nothing right now (its state
+    /// is not locked by a call in progress and its count is zero).
+    fn holds_nothing(&self) -> bool {
+        self.shared
+            .state
+            .try_lock()
+            .is_ok_and(|state| state.count == 0)
+    }
+
+    /// [`Lock::attempt`], after holding back while this client yields the
+    /// lock to other clients (see [`handoff`]); never past `deadline`.
+    async fn attempt_unless_yielding(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        if let Some(mut until) = self
+            .shared
+            .client
+            .handoffs()
+            .yielding_until(&self.shared.name)
+        {
+            if self.holds_nothing() {
+                if let Some(d) = deadline {
+                    until = until.min(d);
+                }
+                tokio::time::sleep_until(until).await;
+            }
+        }
+        self.attempt().await
+    }
+
     /// One acquire script call (resent on a lost reply), serialized with
     /// this owner's other acquires and releases.
     async fn attempt(&self) -> Result<Attempt> {
         let lease = self.lease();
+        let client = &self.shared.client;
+        client.ensure_background();
         let state = self.shared.state.clone().lock_owned().await;
         let expected = state.count;
         // Armed before the call: if this future is dropped while the call
-        // is in flight, the grant may have landed; the rollback undoes it.
+        // is in flight (or an error leaves its outcome unknown), the grant
+        // may have landed; the rollback undoes it, after the call settled.
         let mut rollback = Rollback {
             shared: self.shared.clone(),
             state: Some(state),
             expected_after: expected + 1,
             lease,
+            after: None,
         };
         let keys = vec![
             self.shared.name.clone().into_bytes(),
@@ -386,26 +420,26 @@ impl Lock {
             self.shared.owner.clone().into_bytes(),
             expected.to_string().into_bytes(),
         ];
-        let client = &self.shared.client;
-        let mut sent_at = Instant::now();
+        let first_sent = Instant::now();
         let mut attempt = 0;
-        let (status, value, count): (i64, i64, u32) = loop {
+        let ((status, value, count), sent_at): ((i64, i64, u32), Instant) = loop {
             attempt += 1;
+            let sent_at = Instant::now();
+            let (tracker, tracked) = crate::batch::tracker();
+            rollback.after = Some(tracked);
             let reply = client
                 .acquire_batch()
-                .call(keys.clone(), args.clone())
+                .call(keys.clone(), args.clone(), Some(tracker))
                 .await;
             match reply {
-                Ok(reply) => break reply,
+                Ok(reply) => break (reply, sent_at),
                 Err(e) => {
                     let e = client.map_err(e, Some(&self.shared.name));
                     if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
                         tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
-                        sent_at = Instant::now();
                     } else {
-                        // The outcome is unknown: the rollback releases a
-                        // grant that may have landed.
-                        return Err(e);
+                        // The rollback releases a grant that may have landed.
+                        return Err(self.name_wrong_type(e).await);
                     }
                 }
             }
@@ -414,11 +448,15 @@ impl Lock {
             return Err(self.not_held());
         };
         match status {
-            1 => {
-                let token = u64::try_from(value).unwrap_or(0);
-                self.grant(&mut state, token, count, sent_at)
-                    .map(Attempt::Granted)
-            }
+            // Granted by this send: the lease runs from it.
+            1 => self
+                .grant(&mut state, value, count, sent_at)
+                .map(Attempt::Granted),
+            // Granted by an earlier send whose reply was lost: the lease
+            // runs from that send, at the latest from the first.
+            2 => self
+                .grant(&mut state, value, count, first_sent)
+                .map(Attempt::Granted),
             0 => Ok(Attempt::Busy(match u64::try_from(value) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
                 // No expiry on the key (set by someone else without a
@@ -426,28 +464,48 @@ impl Lock {
                 _ => Duration::from_millis(100),
             })),
             _ => {
-                if let Some(reg) = state.registration.take() {
-                    reg.state().mark_lost();
-                }
+                // The server does not know this owner's holds: they were
+                // lost. Start over from nothing, so the handle can acquire
+                // afresh once the lock is free.
+                forget(&mut state);
                 Err(self.not_held())
             }
         }
     }
 
+    /// A wrong-type error of an acquire names the lock key; if it is the
+    /// fencing counter that holds something else, name that instead.
+    async fn name_wrong_type(&self, err: Error) -> Error {
+        if !matches!(err, Error::WrongType { .. }) {
+            return err;
+        }
+        let mut conn = self.shared.client.connection();
+        let kind: redis::RedisResult<String> = redis::cmd("TYPE")
+            .arg(&self.shared.token_key)
+            .query_async(&mut conn)
+            .await;
+        match kind {
+            Ok(kind) if kind != "string" && kind != "none" => Error::WrongType {
+                key: self.shared.token_key.clone(),
+            },
+            _ => err,
+        }
+    }
+
     /// Records a grant confirmed by the server (a hold count of `count`,
     /// `token` for a first hold) in this owner's state and makes its guard.
-    /// `sent_at` is when the granting call was sent; the local lease runs
-    /// from there.
+    /// `armed_at` is when the call that set the lease was sent; the local
+    /// lease runs from there.
     fn grant(
         &self,
         state: &mut HoldState,
-        token: u64,
+        token: i64,
         count: u32,
-        sent_at: Instant,
+        armed_at: Instant,
     ) -> Result<LockGuard> {
         let lease = self.lease();
         if state.count == 0 {
-            state.token = token;
+            state.token = u64::try_from(token).unwrap_or(0);
             state.registration = Some(self.shared.client.renewer().register(
                 Hold {
                     key: self.shared.name.clone(),
@@ -456,10 +514,10 @@ impl Lock {
                     lease,
                     renew: self.lease.is_none(),
                 },
-                sent_at,
+                armed_at,
             ));
         } else if let Some(reg) = &state.registration {
-            reg.rearmed(sent_at, lease);
+            reg.rearmed(armed_at, lease);
         }
         state.count = count;
         let lease_state = match &state.registration {
@@ -475,10 +533,12 @@ impl Lock {
         }
     }
 
-    /// Releases one hold of this owner (used by [`LockGuard`]).
-    async fn release_one(&self) -> Result<()> {
-        let mut state = self.shared.state.lock().await;
-        release_locked(&self.shared, &mut state, self.lease(), true).await
+    /// Releases one hold of this owner (used by [`LockGuard`]). `resend`
+    /// when an earlier call of this release may have landed (its future
+    /// was dropped mid-call).
+    async fn release_one(&self, resend: bool) -> Result<()> {
+        let state = self.shared.state.clone().lock_owned().await;
+        release_locked(&self.shared, state, self.lease(), true, resend).await
     }
 }
 
@@ -502,15 +562,99 @@ async fn force_unlock(client: &Client, name: &str, channel: &str) -> Result<bool
     Ok(deleted == 1)
 }
 
+/// Forgets this owner's hold locally (it was released, or lost): count
+/// zero, no watchdog entry. Marks the lease lost if it was still live.
+fn forget(state: &mut HoldState) {
+    state.count = 0;
+    if let Some(reg) = state.registration.take() {
+        reg.state().mark_lost();
+    }
+}
+
+/// What the release script is asked to do, and what a resend must repeat.
+struct ReleaseCall {
+    /// KEYS of one request.
+    keys: Vec<Vec<u8>>,
+    /// ARGV of one request.
+    args: Vec<Vec<u8>>,
+    /// The lease a remaining hold is re-armed to.
+    lease: Duration,
+    /// The hold count sent.
+    expected: u32,
+}
+
+impl ReleaseCall {
+    fn new(shared: &Shared, lease: Duration, expected: u32, successor: Option<&Offer>) -> Self {
+        let (successor, successor_lease, if_alone) = match successor {
+            Some(offer) => (
+                offer.lock().shared.owner.clone(),
+                offer.lock().lease().as_millis() as u64,
+                offer.if_alone(),
+            ),
+            None => (String::new(), 0, false),
+        };
+        ReleaseCall {
+            keys: vec![
+                shared.name.clone().into_bytes(),
+                shared.channel.clone().into_bytes(),
+                shared.token_key.clone().into_bytes(),
+            ],
+            args: vec![
+                (lease.as_millis() as u64).to_string().into_bytes(),
+                shared.owner.clone().into_bytes(),
+                expected.to_string().into_bytes(),
+                keys::UNLOCK_MESSAGE.to_string().into_bytes(),
+                successor.into_bytes(),
+                successor_lease.to_string().into_bytes(),
+                if if_alone {
+                    b"1".to_vec()
+                } else {
+                    b"0".to_vec()
+                },
+            ],
+            lease,
+            expected,
+        }
+    }
+
+    async fn send(&self, client: &Client) -> redis::RedisResult<(i64, i64)> {
+        client
+            .release_batch()
+            .call(self.keys.clone(), self.args.clone(), None)
+            .await
+    }
+}
+
+/// Facts about a release's sends that decide how to read its answer.
+#[derive(Clone, Copy)]
+struct Sends {
+    /// When the first send of this release went out.
+    first: Instant,
+    /// When the send that was answered went out.
+    answered: Instant,
+    /// An earlier send of the same release may have landed.
+    resent: bool,
+    /// The lease was already known lost before the first send.
+    lost_before: bool,
+}
+
 /// The release script, resent on a lost reply, with the owner's state
 /// locked. Updates the local state from the answer. With `handoff`, a
 /// final release grants the lock to a parked waiter of this client if
-/// there is one (see [`handoff`]).
+/// there is one (see [`handoff`]). `resend` when an earlier call of the
+/// same release may have landed.
+///
+/// If no answer comes (Redis unreachable after the resends), the owner's
+/// state goes to a background task that keeps resending until Redis
+/// answers or the hold's lease is over (see [`settle`]); a final release
+/// stops the watchdog at once, so the lease runs out by itself even if
+/// Redis never answers again.
 async fn release_locked(
-    shared: &Shared,
-    state: &mut HoldState,
+    shared: &Arc<Shared>,
+    mut state: OwnedMutexGuard<HoldState>,
     lease: Duration,
     handoff: bool,
+    resend: bool,
 ) -> Result<()> {
     let expected = state.count;
     if expected == 0 {
@@ -519,104 +663,208 @@ async fn release_locked(
         });
     }
     let client = &shared.client;
-    let mut offer = if handoff && expected == 1 {
+    client.ensure_background();
+    let lost_before = state
+        .registration
+        .as_ref()
+        .is_none_or(|reg| reg.state().is_lost());
+    let mut offer = if handoff && expected == 1 && !lost_before {
         client.handoffs().offer(&shared.name)
     } else {
         None
     };
-    let (successor, successor_lease, if_alone) = match &offer {
-        Some(offer) => (
-            offer.lock().shared.owner.clone(),
-            offer.lock().lease().as_millis() as u64,
-            offer.if_alone(),
-        ),
-        None => (String::new(), 0, false),
-    };
-    let keys = vec![
-        shared.name.clone().into_bytes(),
-        shared.channel.clone().into_bytes(),
-        shared.token_key.clone().into_bytes(),
-    ];
-    let args = vec![
-        (lease.as_millis() as u64).to_string().into_bytes(),
-        shared.owner.clone().into_bytes(),
-        expected.to_string().into_bytes(),
-        keys::UNLOCK_MESSAGE.to_string().into_bytes(),
-        successor.into_bytes(),
-        successor_lease.to_string().into_bytes(),
-        if if_alone {
-            b"1".to_vec()
-        } else {
-            b"0".to_vec()
-        },
-    ];
+    let call = ReleaseCall::new(shared, lease, expected, offer.as_ref());
+    let first = Instant::now();
+    let mut resent = resend;
     let mut attempt = 0;
-    let mut resent = false;
-    let (status, value, sent_at): (i64, i64, Instant) = loop {
+    let (status, value, answered) = loop {
         attempt += 1;
         let sent_at = Instant::now();
-        let reply = client
-            .release_batch()
-            .call::<(i64, i64)>(keys.clone(), args.clone())
-            .await;
-        match reply {
-            Ok((status, value)) => {
-                if let (2, Some(reg)) = (status, &state.registration) {
-                    reg.rearmed(sent_at, lease);
-                }
-                break (status, value, sent_at);
-            }
+        match call.send(client).await {
+            Ok((status, value)) => break (status, value, sent_at),
             Err(e) => {
                 let e = client.map_err(e, Some(&shared.name));
                 if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
                     tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
                     resent = true;
-                } else {
-                    // Dropping the offer tells the successor the outcome is
-                    // unknown; its own idempotent attempt sorts it out.
-                    return Err(e);
+                    continue;
                 }
+                // Dropping the offer tells the successor the outcome is
+                // unknown; its own idempotent attempt sorts it out.
+                drop(offer);
+                let sends = Sends {
+                    first,
+                    answered: sent_at,
+                    resent: resent || e.is_timeout() || e.is_connection_error(),
+                    lost_before,
+                };
+                let plain = ReleaseCall::new(shared, lease, expected, None);
+                spawn_settle(shared.clone(), state, plain, sends);
+                return Err(e);
             }
         }
+    };
+    let sends = Sends {
+        first,
+        answered,
+        resent,
+        lost_before,
     };
     match (status, offer.take()) {
         (3, Some(offer)) => {
             state.count = 0;
             state.registration = None;
-            offer.complete(u64::try_from(value).unwrap_or(0), sent_at);
+            // The successor's lease was set by the send that handed off:
+            // this one, or (after a resend) at the latest the first.
+            offer.complete(value, if resent { first } else { answered });
             metrics::counter!("locksmith_lock_handoffs_total").increment(1);
             return Ok(());
         }
-        (_, Some(offer)) => offer.decline(false),
+        (_, Some(offer)) => {
+            if status == 1 && offer.if_alone() {
+                // Freed for real at the streak limit because other clients
+                // wait: give their woken waiter about two round trips.
+                let pause = (answered.elapsed() * 2)
+                    .clamp(Duration::from_millis(1), Duration::from_millis(50));
+                client.handoffs().yield_to_others(&shared.name, pause);
+            }
+            offer.decline(false);
+        }
         (_, None) => {}
     }
+    apply_release(shared, &mut state, &call, status, value, sends)
+}
+
+/// Applies a release answer to the owner's state.
+fn apply_release(
+    shared: &Shared,
+    state: &mut HoldState,
+    call: &ReleaseCall,
+    status: i64,
+    value: i64,
+    sends: Sends,
+) -> Result<()> {
+    let not_held = || Error::NotHeld {
+        name: shared.name.clone(),
+    };
     match status {
         1 | 3 => {
             if status == 1 {
-                client.handoffs().freed(&shared.name);
+                shared.client.handoffs().freed(&shared.name);
             }
             state.count = 0;
             state.registration = None;
             Ok(())
         }
+        // One hold released now; the lease was re-armed by this send.
         2 => {
             state.count = u32::try_from(value).unwrap_or(0);
+            if let Some(reg) = &state.registration {
+                reg.rearmed(sends.answered, call.lease);
+            }
             Ok(())
         }
-        // Gone after a resend of the final release: the first send landed.
-        0 if resent && expected == 1 && value == 0 => {
+        // Nothing changed now. After a resend the first send did it (and
+        // re-armed the lease then); otherwise the hold it would undo was
+        // never there (a rollback of an acquire that did not land).
+        4 => {
+            state.count = u32::try_from(value).unwrap_or(0);
+            if let (true, Some(reg)) = (sends.resent, &state.registration) {
+                reg.maybe_rearmed(sends.first, call.lease);
+            }
+            Ok(())
+        }
+        // Gone after a resend of the final release: the first send freed
+        // it, unless the lease was already lost before it went out.
+        0 if sends.resent && call.expected == 1 && value == 0 && !sends.lost_before => {
+            shared.client.handoffs().freed(&shared.name);
             state.count = 0;
             state.registration = None;
             Ok(())
         }
         _ => {
-            state.count = 0;
-            if let Some(reg) = state.registration.take() {
-                reg.state().mark_lost();
+            shared.client.handoffs().freed(&shared.name);
+            forget(state);
+            Err(not_held())
+        }
+    }
+}
+
+/// Hands a release whose outcome is unknown to a background task (see
+/// [`settle`]).
+fn spawn_settle(
+    shared: Arc<Shared>,
+    mut state: OwnedMutexGuard<HoldState>,
+    call: ReleaseCall,
+    sends: Sends,
+) {
+    // Until the deadline of the hold the lease may still be on the server.
+    let deadline = state
+        .registration
+        .as_ref()
+        .map(|reg| reg.state().deadline())
+        .unwrap_or_else(Instant::now);
+    if call.expected == 1 {
+        // The owner let go: stop renewing at once, so the lease runs out by
+        // itself whatever becomes of the resends.
+        state.registration = None;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        forget(&mut state);
+        return;
+    };
+    runtime.spawn(settle(shared, state, call, sends, deadline));
+}
+
+/// Resends a release whose answer never came until Redis answers, keeping
+/// the owner's state locked so no other call of the owner interleaves
+/// (its next acquire or release waits, then sees the true count).
+///
+/// Gives up when the hold is over: for a final release at the lease's
+/// local deadline (the lease runs out on the server right after), for an
+/// inner one when the remaining hold is lost. The owner's state is then
+/// reset to nothing held, so the handle works again afterwards.
+async fn settle(
+    shared: Arc<Shared>,
+    mut state: OwnedMutexGuard<HoldState>,
+    call: ReleaseCall,
+    mut sends: Sends,
+    deadline: Instant,
+) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let over = if call.expected == 1 {
+            Instant::now() >= deadline
+        } else {
+            state
+                .registration
+                .as_ref()
+                .is_none_or(|reg| reg.state().is_lost())
+        };
+        if over {
+            tracing::warn!(lock = %shared.name, "release not confirmed before the lease ended; the lease runs out by itself");
+            forget(&mut state);
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        sends.answered = Instant::now();
+        match call.send(&shared.client).await {
+            Ok((status, value)) => {
+                sends.resent = true;
+                let result = apply_release(&shared, &mut state, &call, status, value, sends);
+                tracing::debug!(lock = %shared.name, ?result, "release settled in the background");
+                return;
             }
-            Err(Error::NotHeld {
-                name: shared.name.clone(),
-            })
+            Err(e) => {
+                let e = shared.client.map_err(e, Some(&shared.name));
+                if e.kind() == crate::ErrorKind::WrongType {
+                    // The key is no lock hash any more: the hold is gone.
+                    forget(&mut state);
+                    return;
+                }
+                sends.resent = true;
+            }
         }
     }
 }
@@ -634,6 +882,10 @@ struct Rollback {
     expected_after: u32,
     /// Lease to re-arm if holds remain after undoing.
     lease: Duration,
+    /// Settles once the acquire call being undone can no longer reach
+    /// Redis; the undo is sent only then, so it cannot be overtaken by the
+    /// grant it undoes.
+    after: Option<crate::batch::Tracked>,
 }
 
 impl Drop for Rollback {
@@ -647,12 +899,16 @@ impl Drop for Rollback {
         let shared = self.shared.clone();
         let expected_after = self.expected_after;
         let lease = self.lease;
+        let after = self.after.take();
         runtime.spawn(async move {
+            if let Some(after) = after {
+                after.settled().await;
+            }
             // The release script with the post-grant count undoes a grant
-            // that landed and answers "already done" for one that did not;
-            // either way it leaves the local count at the server's.
+            // that landed and answers "nothing changed" for one that did
+            // not; either way it leaves the local count at the server's.
             state.count = expected_after;
-            let result = release_locked(&shared, &mut state, lease, false).await;
+            let result = release_locked(&shared, state, lease, false, false).await;
             tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
         });
     }

@@ -159,7 +159,7 @@ impl SimpleLock {
                     self.shared
                         .client
                         .hub()
-                        .register(&self.shared.channel)
+                        .register(&self.shared.channel, deadline)
                         .await,
                 );
                 continue;
@@ -191,11 +191,12 @@ impl SimpleLock {
             .key(&self.shared.token_key)
             .arg(token)
             .arg(lease.as_millis() as u64);
-        let mut sent_at;
+        // A resend may be answered by a grant an earlier send made: the
+        // lease runs from the first send at the latest.
+        let sent_at = Instant::now();
         let mut attempt = 0;
         let (status, value): (i64, i64) = loop {
             attempt += 1;
-            sent_at = Instant::now();
             match self
                 .shared
                 .client
@@ -234,8 +235,16 @@ impl SimpleLock {
         )))
     }
 
-    /// Compare-and-delete with `token` (used by [`LockGuard`]).
-    pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
+    /// Compare-and-delete with `token` (used by [`LockGuard`]). `resend`
+    /// when an earlier call may have landed; `lost_before` when the lease
+    /// was known lost before this release started (then "not ours" after a
+    /// resend is the truth, not a sign that the first send landed).
+    pub(crate) async fn release_token(
+        &self,
+        token: &str,
+        resend: bool,
+        lost_before: bool,
+    ) -> Result<()> {
         let mut invocation = scripts::SIMPLE_RELEASE.prepare_invoke();
         invocation
             .key(&self.shared.name)
@@ -243,7 +252,7 @@ impl SimpleLock {
             .arg(token)
             .arg(keys::UNLOCK_MESSAGE);
         let mut attempt = 0;
-        let mut resent = false;
+        let mut resent = resend;
         loop {
             attempt += 1;
             match self
@@ -253,8 +262,9 @@ impl SimpleLock {
                 .await
             {
                 Ok(1) => return Ok(()),
-                // After a resend, "not ours" means the first send landed.
-                Ok(_) if resent => return Ok(()),
+                // After a resend, "not ours" means the first send landed,
+                // unless the lease was lost before it went out.
+                Ok(_) if resent && !lost_before => return Ok(()),
                 Ok(_) => {
                     return Err(Error::NotHeld {
                         name: self.shared.name.clone(),
@@ -287,7 +297,7 @@ impl Drop for Rollback {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let token = std::mem::take(&mut self.token);
             runtime.spawn(async move {
-                let _ = lock.release_token(&token).await;
+                let _ = lock.release_token(&token, false, false).await;
             });
         }
     }

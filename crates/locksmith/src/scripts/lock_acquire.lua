@@ -6,20 +6,26 @@
 --         fencing counter (string, INCR on every grant from free)
 --   ARGV  lease in milliseconds, owner field "<client-uuid>:<holder-id>",
 --         the hold count the owner believes it has before this acquire
--- Returns one reply per request: {1, token, count} granted (also for a
--- resend of a grant that already landed), {0, pttl, 0} busy,
+-- Returns one reply per request: {1, token, count} granted by this call
+-- (the lease was set now), {2, token, count} granted by an earlier send of
+-- the same request whose reply was lost (the lease was set then, not now),
+-- {0, pttl, 0} busy,
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count
 -- (the hold was lost), or {-2, error message} for a request that failed alone (e.g.
 -- WRONGTYPE) without affecting the others.
 -- Counts arrive and are stored as decimal strings; the fast path compares
 -- them as strings and converts nothing (number formatting is a visible
 -- share of a script's cost).
+-- The fencing counter is read or incremented before anything is written,
+-- so a counter key of the wrong type fails the request with nothing
+-- changed.
 local function acquire(key, token_key, lease, owner, expected)
     -- Fast path: a free lock costs four calls.
     if expected == '0' and redis.call('exists', key) == 0 then
+        local token = redis.call('incr', token_key)
         redis.call('hset', key, owner, '1')
         redis.call('pexpire', key, lease)
-        return {1, redis.call('incr', token_key), 1}
+        return {1, token, 1}
     end
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
@@ -31,13 +37,14 @@ local function acquire(key, token_key, lease, owner, expected)
     end
     held = tonumber(held)
     if held == expected then
+        local token = tonumber(redis.call('get', token_key) or '0')
         held = redis.call('hincrby', key, owner, 1)
         redis.call('pexpire', key, lease)
-        return {1, tonumber(redis.call('get', token_key) or '0'), held}
+        return {1, token, held}
     end
     if held == expected + 1 then
         -- A resend of an attempt whose reply was lost: it already landed.
-        return {1, tonumber(redis.call('get', token_key) or '0'), held}
+        return {2, tonumber(redis.call('get', token_key) or '0'), held}
     end
     return {-1, held, 0}
 end

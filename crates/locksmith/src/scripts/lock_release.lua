@@ -11,10 +11,14 @@
 --         most one connection (the caller's client) listens on the release
 --         channel, i.e. no other client waits for the lock
 -- Returns one reply per request: {1, 0} freed (deleted and published),
--- {2, count} still held with count holds (also for a resend that already
--- landed), {3, token} freed and granted to the successor with a new
--- fencing token (no message: nobody else was woken), {0, count-on-server}
--- not held by this owner, or {-2, error message} for a request that failed alone.
+-- {2, count} one hold released now, count holds left, lease re-armed now;
+-- {4, count} nothing changed, the owner has count holds (a resend whose
+-- first send landed, or the rollback of an acquire that never landed);
+-- {3, token} freed and granted to the successor with a new fencing token
+-- (no message: nobody else was woken), {0, count-on-server} not held by
+-- this owner, or {-2, error message} for a request that failed alone.
+-- A hand-off increments the fencing counter before writing anything, so a
+-- counter key of the wrong type fails the request with nothing changed.
 local function release(key, channel, token_key, lease, owner, expected, message,
                        successor, successor_lease, if_alone)
     local held = redis.call('hget', key, owner)
@@ -48,17 +52,18 @@ local function release(key, channel, token_key, lease, owner, expected, message,
                  or redis.call('pubsub', 'numsub', channel)[2] <= 1) then
             -- Add the successor before removing the owner: the key is never
             -- deleted and re-created.
+            local token = redis.call('incr', token_key)
             redis.call('hset', key, successor, '1')
             redis.call('hdel', key, owner)
             redis.call('pexpire', key, successor_lease)
-            return {3, redis.call('incr', token_key)}
+            return {3, token}
         end
         redis.call('del', key)
         redis.call('publish', channel, message)
         return {1, 0}
     end
     if held == expected - 1 then
-        return {2, held}
+        return {4, held}
     end
     return {0, held}
 end

@@ -1,0 +1,85 @@
+//! Background tasks that follow the caller's runtime.
+//!
+//! A [`Client`](crate::Client) starts its background tasks (the watchdog,
+//! the pub/sub connection) on first use, inside the caller's Tokio runtime.
+//! A client can outlive that runtime: a program that calls `block_on` on a
+//! fresh runtime per job, or tests sharing a client across their runtimes.
+//! When a runtime shuts down it drops its tasks, so a task started once
+//! would silently stop. A [`TaskSlot`] remembers whether its task is still
+//! alive and starts a new one on the current runtime when it is not.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+
+/// One restartable background task.
+#[derive(Debug, Default)]
+pub(crate) struct TaskSlot {
+    /// Points at a token the running task owns: it is dropped with the task
+    /// (finished, or dropped by its runtime's shutdown), which tells the
+    /// next caller to start a new one.
+    alive: Mutex<Weak<()>>,
+}
+
+impl TaskSlot {
+    /// True while the task last started here is alive.
+    pub(crate) fn is_running(&self) -> bool {
+        self.lock().strong_count() > 0
+    }
+
+    /// Starts `make()` on the current runtime unless the task is alive.
+    /// Returns true when it started one. Outside a runtime nothing starts
+    /// (the next call from inside one will).
+    pub(crate) fn ensure<F>(&self, make: impl FnOnce() -> F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut alive = self.lock();
+        if alive.strong_count() > 0 {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let token = Arc::new(());
+        *alive = Arc::downgrade(&token);
+        let task = make();
+        runtime.spawn(async move {
+            let _alive = token;
+            task.await;
+        });
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Weak<()>> {
+        self.alive.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_after_its_runtime_ends() {
+        let slot = TaskSlot::default();
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        first.block_on(async {
+            assert!(slot.ensure(std::future::pending));
+            assert!(!slot.ensure(std::future::pending), "still running");
+        });
+        assert!(slot.is_running());
+        drop(first);
+        assert!(!slot.is_running(), "the runtime dropped the task");
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        second.block_on(async {
+            assert!(slot.ensure(std::future::pending));
+        });
+        assert!(!slot.ensure(std::future::pending), "no runtime here");
+    }
+}
