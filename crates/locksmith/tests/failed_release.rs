@@ -120,7 +120,9 @@ async fn a_failed_reentrant_acquire_does_not_make_the_next_release_a_no_op() {
     // may have added) fails too while the reset lasts.
     let err = lock.lock().await.expect_err("no re-entry through a reset");
     assert!(err.is_connection_error() || err.is_timeout(), "{err:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Longer than the connection manager's own reconnect attempts, so the
+    // rollback's release really fails.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     proxy.set_mode(FaultMode::Pass);
 
     // The real release really releases (the rollback is settled first,
