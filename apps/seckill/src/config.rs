@@ -13,6 +13,9 @@ pub enum Strategy {
     Unsafe,
     /// The same inside a process-local mutex: races between instances.
     LocalMutex,
+    /// No Redis gate: the database's conditional decrement
+    /// (`... WHERE stock > 0`) is the check (optimistic concurrency).
+    Optimistic,
     /// A locksmith lock per voucher around the read-check-write, and a
     /// per-user lock for one order per user.
     Lock,
@@ -24,9 +27,10 @@ pub enum Strategy {
 
 impl Strategy {
     /// All strategies, in the order of the classic evolution.
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 6] = [
         Strategy::Unsafe,
         Strategy::LocalMutex,
+        Strategy::Optimistic,
         Strategy::Lock,
         Strategy::Segmented,
         Strategy::Lua,
@@ -37,6 +41,7 @@ impl Strategy {
         match self {
             Strategy::Unsafe => "unsafe",
             Strategy::LocalMutex => "local-mutex",
+            Strategy::Optimistic => "optimistic",
             Strategy::Lock => "lock",
             Strategy::Segmented => "segmented",
             Strategy::Lua => "lua",
@@ -45,7 +50,7 @@ impl Strategy {
 
     /// True for the strategies that must never oversell.
     pub fn is_safe(self) -> bool {
-        matches!(self, Strategy::Lock | Strategy::Segmented | Strategy::Lua)
+        !matches!(self, Strategy::Unsafe | Strategy::LocalMutex)
     }
 }
 
@@ -63,7 +68,7 @@ impl FromStr for Strategy {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown strategy {s:?}: use unsafe, local-mutex, lock, segmented or lua")
+                format!("unknown strategy {s:?}: use unsafe, local-mutex, optimistic, lock, segmented or lua")
             })
     }
 }

@@ -49,17 +49,44 @@ struct Embedded(Engine);
 
 impl MigrationSource<'static> for Embedded {
     fn resolve(self) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, BoxDynError>> + Send>> {
-        let sql = match self.0 {
-            Engine::Sqlite => include_str!("../migrations/sqlite/0001_init.sql"),
-            Engine::Postgres => include_str!("../migrations/postgres/0001_init.sql"),
+        let sql: [(i64, &'static str, &'static str); 2] = match self.0 {
+            Engine::Sqlite => [
+                (
+                    1,
+                    "init",
+                    include_str!("../migrations/sqlite/0001_init.sql"),
+                ),
+                (
+                    2,
+                    "stock may go negative",
+                    include_str!("../migrations/sqlite/0002_stock_may_go_negative.sql"),
+                ),
+            ],
+            Engine::Postgres => [
+                (
+                    1,
+                    "init",
+                    include_str!("../migrations/postgres/0001_init.sql"),
+                ),
+                (
+                    2,
+                    "stock may go negative",
+                    include_str!("../migrations/postgres/0002_stock_may_go_negative.sql"),
+                ),
+            ],
         };
-        let migrations = vec![Migration::new(
-            1,
-            Cow::Borrowed("init"),
-            MigrationType::Simple,
-            Cow::Borrowed(sql),
-            false,
-        )];
+        let migrations = sql
+            .into_iter()
+            .map(|(version, name, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(name),
+                    MigrationType::Simple,
+                    Cow::Borrowed(sql),
+                    false,
+                )
+            })
+            .collect();
         Box::pin(async move { Ok(migrations) })
     }
 }
@@ -107,8 +134,22 @@ pub enum WriteOutcome {
     /// lost its data) within the same second. Nothing was written.
     IdTaken,
     /// The database's stock is exhausted: the gate in front let one buyer
-    /// too many through. Nothing was written.
+    /// too many through (or, for the `optimistic` strategy, whose gate this
+    /// is, the item is sold out). Nothing was written.
     StockExhausted,
+}
+
+/// How an order write decrements the database stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockGuard {
+    /// `stock = stock - 1 WHERE stock > 0`: the decrement and the check are
+    /// one statement, so the stock never goes below zero whatever the gate
+    /// in front did. The safe strategies write this way.
+    Enforce,
+    /// `stock = stock - 1`, unconditionally: what the racy strategies of the
+    /// original experiment do after checking the stock elsewhere, so their
+    /// oversell is written (negative stock, more orders than items).
+    Unguarded,
 }
 
 /// The order database; cheap to clone.
@@ -250,9 +291,13 @@ impl Db {
     }
 
     /// Writes one order in one transaction: insert (a duplicate is ignored),
-    /// then decrement the database stock only if the insert happened and the
-    /// stock stays >= 0. Replaying the same order is harmless.
-    pub async fn write_order(&self, order: &Order) -> Result<WriteOutcome, sqlx::Error> {
+    /// then decrement the database stock if the insert happened, as `guard`
+    /// says. Replaying the same order is harmless.
+    pub async fn write_order(
+        &self,
+        order: &Order,
+        guard: StockGuard,
+    ) -> Result<WriteOutcome, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
             "INSERT INTO orders (id, voucher_id, user_id, created_ms) VALUES ($1, $2, $3, $4) \
@@ -281,12 +326,17 @@ impl Db {
                 None => WriteOutcome::DuplicateUser,
             });
         }
-        let decremented =
-            sqlx::query("UPDATE vouchers SET stock = stock - 1 WHERE id = $1 AND stock > 0")
-                .bind(order.voucher_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+        let decrement = match guard {
+            StockGuard::Enforce => {
+                "UPDATE vouchers SET stock = stock - 1 WHERE id = $1 AND stock > 0"
+            }
+            StockGuard::Unguarded => "UPDATE vouchers SET stock = stock - 1 WHERE id = $1",
+        };
+        let decremented = sqlx::query(decrement)
+            .bind(order.voucher_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if decremented == 0 {
             tx.rollback().await?;
             return Ok(WriteOutcome::StockExhausted);

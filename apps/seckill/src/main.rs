@@ -92,7 +92,7 @@ struct DemoArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "unsafe,local-mutex,lock,segmented,lua"
+        default_value = "unsafe,local-mutex,optimistic,lock,segmented,lua"
     )]
     strategies: Vec<Strategy>,
     /// Distinct buyers per strategy.
@@ -191,11 +191,6 @@ async fn run_demo(args: DemoArgs) -> Result<(), seckill::state::BoxError> {
     let (report, json, svg) = demo::run(options).await?;
     println!();
     print!("{}", demo::report::table(&report));
-    println!();
-    println!(
-        "oversold: sold beyond the stock (the database's own stock guard refused those orders);"
-    );
-    println!("lost: accepted but never written to the database.");
     println!("results: {} and {}", json.display(), svg.display());
     Ok(())
 }

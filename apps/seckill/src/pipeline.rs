@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PipelineConfig;
-use crate::db::{Order, WriteOutcome};
+use crate::db::{Order, StockGuard, WriteOutcome};
 use crate::keys;
 use crate::state::AppState;
 
@@ -262,7 +262,12 @@ impl Consumer {
             metrics::counter!("seckill_pipeline_bad_entries_total").increment(1);
             return Handled::Retry;
         };
-        match self.state.db().write_order(&order).await {
+        match self
+            .state
+            .db()
+            .write_order(&order, StockGuard::Enforce)
+            .await
+        {
             Ok(outcome) => {
                 let (label, failure) = match outcome {
                     WriteOutcome::Created => ("created", None),

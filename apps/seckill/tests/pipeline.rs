@@ -130,7 +130,10 @@ async fn a_restarted_consumer_drains_its_own_pending_entries() {
     assert_eq!(h.servers.len(), 0);
     let direct = seckill::db::Db::connect(&h.database_url).await.unwrap();
     assert_eq!(
-        direct.write_order(&replayed).await.unwrap(),
+        direct
+            .write_order(&replayed, seckill::db::StockGuard::Enforce)
+            .await
+            .unwrap(),
         WriteOutcome::Created
     );
     read_and_die(&mut conn, voucher, &order_fields(&replayed), "same-name");

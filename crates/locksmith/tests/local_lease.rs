@@ -139,3 +139,35 @@ async fn a_no_op_rollback_answer_does_not_move_the_deadline() {
     guard.release().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_grant_picked_up_later_keeps_its_own_expiry() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let lock = client.lock("leftover").unwrap();
+    // A grant of this owner left on the server by an attempt it gave up on
+    // (its undo never got through), with 500 ms of its lease left.
+    let mut admin = server.connection().unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("leftover")
+        .arg(lock.owner())
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg("leftover")
+        .arg(500)
+        .ignore()
+        .query(&mut admin)
+        .unwrap();
+    // The next acquire is answered "granted earlier": the local lease must
+    // not start now with the full 10 s.
+    let guard = lock
+        .with_lease(Duration::from_secs(10))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert_local_within_server(&server, "leftover", &guard);
+    assert!(guard.remaining_lease() <= Duration::from_millis(500));
+    drop(guard);
+}

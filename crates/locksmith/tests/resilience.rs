@@ -96,7 +96,10 @@ fn acquire_one(
     owner: &str,
     expected: u32,
 ) -> (i64, i64, i64) {
-    redis::from_redis_value(acquire_batch(c, &[(name, owner, expected)]).remove(0)).unwrap()
+    // Replies of status 2 carry a fourth element (the remaining TTL).
+    let reply: Vec<i64> =
+        redis::from_redis_value(acquire_batch(c, &[(name, owner, expected)]).remove(0)).unwrap();
+    (reply[0], reply[1], reply[2])
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! `seckill demo`: the oversell experiment with numbers.
 //!
 //! For each strategy: start two service instances as separate processes
-//! (this binary, re-run with `serve`), create a voucher, send N distinct
-//! buyers at both at once, wait for the order pipeline to drain, and count
-//! what the database holds. Then print the table and write JSON and SVG.
+//! (this binary, re-run with `serve`) behind a round-robin nginx, create a
+//! voucher, send N distinct buyers through the balancer at once, wait for
+//! the order pipeline to drain, and count what the database holds. Then
+//! print the table and write JSON and SVG.
 
+pub mod balancer;
 pub mod load;
 pub mod report;
 
@@ -185,6 +187,7 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
     let admin_token = format!("demo-{}", std::process::id());
     let http = reqwest::Client::new();
     let mut results = Vec::new();
+    let mut balancer_used = String::new();
     for (index, &strategy) in options.strategies.iter().enumerate() {
         let mut instances = Vec::new();
         for i in 0..INSTANCES {
@@ -194,13 +197,34 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
             );
         }
         let urls: Vec<String> = instances.iter().map(|i| i.url.clone()).collect();
-        let result = run_strategy(&options, strategy, index, &urls, &admin_token, &http).await;
+        let lb = balancer::Balancer::start(&urls, &logs).await?;
+        if index == 0 {
+            if let balancer::Balancer::Client { reason } = &lb {
+                eprintln!(
+                    "warning: no load balancer: {reason}; buyers are spread over the instances by the client instead"
+                );
+            }
+        }
+        balancer_used = lb.describe();
+        let targets = lb.targets(&urls);
+        let result = run_strategy(
+            &options,
+            strategy,
+            index,
+            &urls,
+            &targets,
+            &admin_token,
+            &http,
+        )
+        .await;
+        lb.stop().await;
         for instance in instances {
             instance.stop().await;
         }
         results.push(result?);
     }
     let report = Report {
+        balancer: balancer_used,
         instances: INSTANCES,
         buyers: options.buyers,
         stock: options.stock,
@@ -216,6 +240,7 @@ async fn run_strategy(
     strategy: Strategy,
     index: usize,
     urls: &[String],
+    targets: &[String],
     admin_token: &str,
     http: &reqwest::Client,
 ) -> Result<StrategyResult, BoxError> {
@@ -249,7 +274,7 @@ async fn run_strategy(
         ProgressBar::hidden()
     };
     let plan = LoadPlan {
-        instances: urls.to_vec(),
+        instances: targets.to_vec(),
         voucher_id,
         first_user: (index as i64 + 1) * 1_000_000,
         buyers: options.buyers,
@@ -317,17 +342,29 @@ async fn run_strategy(
     }
     let duplicate_pairs = per_user.values().filter(|&&n| n > 1).count();
     let lost = accepted.iter().filter(|id| !written.contains(id)).count();
-    let passed_gate = accepted.len() + refused_by_db;
-    // Sold beyond the stock: promised by the gate (whether or not the
-    // database's guard then refused) or, were that guard missing, written.
-    let oversold = (passed_gate.max(rows.len()) as i64 - options.stock).max(0) as usize;
+    // Sold beyond the stock: written (or promised with a 201) past the
+    // last item. The racy strategies write unguarded, so theirs shows in
+    // the database as orders beyond the stock and a negative stock.
+    let oversold = (accepted.len().max(rows.len()) as i64 - options.stock).max(0) as usize;
+    let voucher_now: Value = http
+        .get(format!("{}/vouchers/{voucher_id}", urls[0]))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let db_stock = voucher_now["db_stock"]
+        .as_i64()
+        .ok_or("voucher without db_stock")?;
     let secs = run.elapsed.as_secs_f64().max(1e-9);
     Ok(StrategyResult {
         strategy,
         requests: options.buyers,
         accepted: accepted.len(),
         orders_in_db: rows.len(),
+        db_stock,
         oversold,
+        refused_by_db_guard: refused_by_db,
         duplicate_pairs,
         lost,
         sold_out,

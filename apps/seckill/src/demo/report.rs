@@ -1,8 +1,10 @@
-//! The demo's results: the table, the JSON file and the SVG chart.
+//! The demo's results: the table, the JSON file and the SVG chart (drawn
+//! with plotters).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::config::Strategy;
@@ -18,10 +20,16 @@ pub struct StrategyResult {
     pub accepted: usize,
     /// Orders the database holds for the voucher after draining.
     pub orders_in_db: usize,
-    /// Purchases the gate let through beyond the stock: 201s plus the
-    /// buyers the database's stock guard had to refuse (409 `oversold`),
-    /// minus the stock.
+    /// The database's stock after the sale: `stock - orders_in_db`, below
+    /// zero when the racy strategies wrote more orders than items.
+    pub db_stock: i64,
+    /// Sold beyond the stock: orders written (or 201s promised) past the
+    /// last item.
     pub oversold: usize,
+    /// Buyers a safe strategy's gate let through but the database's stock
+    /// guard refused (409 `oversold`): the last line of defense firing.
+    /// Always 0 unless a gate is broken.
+    pub refused_by_db_guard: usize,
     /// (user, voucher) pairs with more than one order in the database.
     pub duplicate_pairs: usize,
     /// Accepted orders the database never got.
@@ -57,6 +65,9 @@ impl StrategyResult {
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// How the load reached the instances (nginx, or the client-side
+    /// fallback and why).
+    pub balancer: String,
     /// Service instances per strategy.
     pub instances: usize,
     /// Buyers per strategy.
@@ -69,16 +80,23 @@ pub struct Report {
     pub results: Vec<StrategyResult>,
 }
 
-/// The table printed at the end of the demo.
+/// The table printed at the end of the demo, with a legend, so it reads
+/// without the README.
 pub fn table(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:>8} {:>7} {:>8} {:>5} {:>5} {:>9} {:>8} {:>8}",
+        "{} buyers for {} items, {} instances behind {}",
+        report.buyers, report.stock, report.instances, report.balancer
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>5} {:>5} {:>7} {:>7} {:>7}",
         "strategy",
-        "requests",
-        "accepted",
+        "buyers",
+        "201 ok",
         "in db",
+        "db stock",
         "oversold",
         "dup",
         "lost",
@@ -89,11 +107,12 @@ pub fn table(report: &Report) -> String {
     for r in &report.results {
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:>8} {:>7} {:>8} {:>5} {:>5} {:>9.0} {:>8.1} {:>8.1}",
+            "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>5} {:>5} {:>7.0} {:>7.1} {:>7.1}",
             r.strategy.as_str(),
             r.requests,
             r.accepted,
             r.orders_in_db,
+            r.db_stock,
             r.oversold,
             r.duplicate_pairs,
             r.lost,
@@ -102,6 +121,12 @@ pub fn table(report: &Report) -> String {
             r.p99_ms
         );
     }
+    let _ = writeln!(
+        out,
+        "in db = orders written; anything above {} is oversold, and db stock goes below zero by as much.\n\
+         dup = buyers with two orders; lost = answered 201 but never written.",
+        report.stock
+    );
     out
 }
 
@@ -109,164 +134,176 @@ pub fn table(report: &Report) -> String {
 /// their paths.
 ///
 /// # Errors
-/// When the directory or files cannot be written.
+/// When the directory or a file cannot be written, or the chart cannot be
+/// drawn.
 pub fn write(report: &Report, dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
     std::fs::create_dir_all(dir)?;
     let json = dir.join("seckill-demo.json");
     let svg = dir.join("seckill-demo.svg");
     std::fs::write(&json, serde_json::to_string_pretty(report)?)?;
-    std::fs::write(&svg, chart(report))?;
+    std::fs::write(&svg, chart(report).map_err(std::io::Error::other)?)?;
     Ok((json, svg))
 }
 
-/// One bar series: label, colour, value of a row.
-type Series = (&'static str, &'static str, fn(&StrategyResult) -> f64);
+/// Colours of the chart.
+const WRITTEN: RGBColor = RGBColor(0x59, 0xa1, 0x4f);
+const OVERSOLD: RGBColor = RGBColor(0xe1, 0x57, 0x59);
+const THROUGHPUT: RGBColor = RGBColor(0x4e, 0x79, 0xa7);
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// Two panels: per strategy, a bar group of accepted / in db / oversold /
-/// lost (left), and requests per second (right).
-pub fn chart(report: &Report) -> String {
-    const W: f64 = 960.0;
-    const H: f64 = 420.0;
-    const TOP: f64 = 60.0;
-    const BOTTOM: f64 = 360.0;
-    let series: [Series; 4] = [
-        ("accepted", "#4e79a7", |r| r.accepted as f64),
-        ("orders in db", "#59a14f", |r| r.orders_in_db as f64),
-        ("oversold", "#e15759", |r| r.oversold as f64),
-        ("lost", "#f28e2b", |r| r.lost as f64),
-    ];
-    let n = report.results.len().max(1) as f64;
+/// The chart: per strategy, orders written against the stock line (the
+/// part above the line, red, is the oversell), and requests per second.
+///
+/// # Errors
+/// When plotters fails to lay the chart out.
+pub fn chart(report: &Report) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="24" text-anchor="middle" font-size="16">Flash sale: {} buyers for {} items on {} instances, per strategy</text>"#,
-        W / 2.0,
-        report.buyers,
-        report.stock,
-        report.instances
-    );
+    {
+        let root = SVGBackend::with_string(&mut svg, (1100, 480)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let root = root
+            .titled(
+                &format!(
+                    "Flash sale: {} buyers for {} items, {} instances behind {}",
+                    report.buyers, report.stock, report.instances, report.balancer
+                ),
+                ("sans-serif", 18),
+            )
+            .map_err(err)?;
+        let (left, right) = root.split_horizontally(680);
+        let names: Vec<String> = report
+            .results
+            .iter()
+            .map(|r| r.strategy.as_str().to_owned())
+            .collect();
+        let n = names.len().max(1) as u32;
+        // Segments 0..=last, one per strategy.
+        let last = n - 1;
+        let label = |v: &SegmentValue<u32>| match v {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        };
 
-    // Left panel: outcomes.
-    let (lx, lw) = (60.0, 560.0);
-    let max_count = report
-        .results
-        .iter()
-        .flat_map(|r| series.iter().map(move |s| (s.2)(r)))
-        .fold(report.stock as f64, f64::max)
-        .max(1.0);
-    axis(&mut svg, lx, lw, TOP, BOTTOM, max_count, "orders");
-    // The stock line: everything above it is oversold.
-    let stock_y = BOTTOM - (report.stock as f64 / max_count) * (BOTTOM - TOP);
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{lx}" x2="{}" y1="{stock_y:.1}" y2="{stock_y:.1}" stroke="#333" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" text-anchor="end" fill="#333">stock {}</text>"##,
-        lx + lw,
-        lx + lw,
-        stock_y - 4.0,
-        report.stock
-    );
-    let group = lw / n;
-    let bar = (group * 0.8) / series.len() as f64;
-    for (i, r) in report.results.iter().enumerate() {
-        let gx = lx + group * i as f64 + group * 0.1;
-        for (j, (_, color, value)) in series.iter().enumerate() {
-            let v = value(r);
-            let h = (v / max_count) * (BOTTOM - TOP);
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{} {}: {v}</title></rect>"#,
-                gx + bar * j as f64,
-                BOTTOM - h,
-                bar - 1.0,
-                h,
-                r.strategy.as_str(),
-                series[j].0
-            );
-        }
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            gx + group * 0.4,
-            BOTTOM + 16.0,
-            escape(r.strategy.as_str())
-        );
-    }
-    for (j, (label, color, _)) in series.iter().enumerate() {
-        let x = lx + 10.0 + j as f64 * 130.0;
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{x}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{}">{label}</text>"#,
-            BOTTOM + 30.0,
-            x + 16.0,
-            BOTTOM + 40.0
-        );
-    }
+        let stock = report.stock.max(0) as u64;
+        let top = report
+            .results
+            .iter()
+            .map(|r| r.orders_in_db as u64)
+            .fold(stock, u64::max);
+        let mut orders = ChartBuilder::on(&left)
+            .caption(
+                "orders written per strategy (red: beyond the stock = oversold)",
+                ("sans-serif", 14),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d((0..last).into_segmented(), 0u64..(top + top / 8 + 1))
+            .map_err(err)?;
+        orders
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n as usize)
+            .x_label_formatter(&label)
+            .y_desc("orders in the database")
+            .y_labels(8)
+            .draw()
+            .map_err(err)?;
+        let written: Vec<(u32, u64)> = report
+            .results
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i as u32, (r.orders_in_db as u64).min(stock)))
+            .collect();
+        orders
+            .draw_series(
+                Histogram::vertical(&orders)
+                    .style(WRITTEN.filled())
+                    .margin(14)
+                    .data(written),
+            )
+            .map_err(err)?
+            .label("written, within the stock")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], WRITTEN.filled()));
+        let beyond: Vec<(u32, u64)> = report
+            .results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.orders_in_db as u64 > stock)
+            .map(|(i, r)| (i as u32, r.orders_in_db as u64))
+            .collect();
+        orders
+            .draw_series(
+                Histogram::vertical(&orders)
+                    .style(OVERSOLD.filled())
+                    .margin(14)
+                    .baseline(stock)
+                    .data(beyond),
+            )
+            .map_err(err)?
+            .label("written beyond the stock (oversold)")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], OVERSOLD.filled()));
+        orders
+            .draw_series(DashedLineSeries::new(
+                [(SegmentValue::Exact(0), stock), (SegmentValue::Last, stock)],
+                8,
+                5,
+                BLACK.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(format!("stock: {stock} items"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.stroke_width(2)));
+        orders
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.4))
+            .draw()
+            .map_err(err)?;
 
-    // Right panel: throughput.
-    let (rx, rw) = (700.0, 230.0);
-    let max_rps = report
-        .results
-        .iter()
-        .map(|r| r.requests_per_sec)
-        .fold(1.0, f64::max);
-    axis(&mut svg, rx, rw, TOP, BOTTOM, max_rps, "requests/s");
-    let group = rw / n;
-    for (i, r) in report.results.iter().enumerate() {
-        let h = (r.requests_per_sec / max_rps) * (BOTTOM - TOP);
-        let x = rx + group * i as f64 + group * 0.15;
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="#76b7b2"><title>{}: {:.0} req/s, p99 {:.1} ms</title></rect>"##,
-            BOTTOM - h,
-            group * 0.7,
-            r.strategy.as_str(),
-            r.requests_per_sec,
-            r.p99_ms
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{}" text-anchor="end" transform="rotate(-35 {:.1} {})">{}</text>"#,
-            x + group * 0.35,
-            BOTTOM + 14.0,
-            x + group * 0.35,
-            BOTTOM + 14.0,
-            escape(r.strategy.as_str())
-        );
+        let fastest = report
+            .results
+            .iter()
+            .map(|r| r.requests_per_sec)
+            .fold(1.0, f64::max);
+        let mut speed = ChartBuilder::on(&right)
+            .caption("requests per second", ("sans-serif", 14))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d((0..last).into_segmented(), 0.0..fastest * 1.15)
+            .map_err(err)?;
+        speed
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n as usize)
+            .x_label_formatter(&label)
+            .y_desc("requests / s")
+            .y_labels(8)
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(err)?;
+        speed
+            .draw_series(
+                Histogram::vertical(&speed)
+                    .style(THROUGHPUT.filled())
+                    .margin(10)
+                    .data(
+                        report
+                            .results
+                            .iter()
+                            .enumerate()
+                            .map(|(i, r)| (i as u32, r.requests_per_sec)),
+                    ),
+            )
+            .map_err(err)?;
+        root.present().map_err(err)?;
     }
-    svg.push_str("</svg>\n");
-    svg
+    Ok(svg)
 }
 
-fn axis(svg: &mut String, x: f64, w: f64, top: f64, bottom: f64, max: f64, label: &str) {
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" stroke="#999"/><line x1="{x}" x2="{}" y1="{bottom}" y2="{bottom}" stroke="#999"/>"##,
-        x + w
-    );
-    for k in 0..=4 {
-        let v = max * k as f64 / 4.0;
-        let y = bottom - (bottom - top) * k as f64 / 4.0;
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="{:.1}" text-anchor="end" fill="#666">{v:.0}</text>"##,
-            x - 4.0,
-            y + 4.0
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r##"<text x="{x}" y="{}" fill="#666">{label}</text>"##,
-        top - 8.0
-    );
+/// Plotters' drawing errors, as a plain message.
+fn err<E: std::error::Error + Send + Sync>(
+    e: DrawingAreaErrorKind<E>,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    e.to_string().into()
 }

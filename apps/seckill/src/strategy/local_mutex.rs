@@ -3,7 +3,7 @@
 //! excludes only its own requests and the instances still race.
 
 use super::{already_bought, check_window, read_check_write, write_now, Accepted};
-use crate::db::Voucher;
+use crate::db::{StockGuard, Voucher};
 use crate::error::AppError;
 use crate::keys;
 use crate::state::AppState;
@@ -28,5 +28,6 @@ pub(super) async fn purchase(
             return Err(AppError::SoldOut);
         }
     }
-    write_now(state, voucher, user_id, &stock_key).await
+    // The racy stage writes what its gate let through, unguarded.
+    write_now(state, voucher, user_id, &stock_key, StockGuard::Unguarded).await
 }

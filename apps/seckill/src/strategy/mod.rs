@@ -1,28 +1,37 @@
-//! The five purchase strategies, one file each, in the order of the classic
+//! The six purchase strategies, one file each, in the order of the classic
 //! flash-sale evolution:
 //!
 //! | strategy | gate | oversells? |
 //! |---|---|---|
 //! | `unsafe` (`unsafe_rcw.rs`) | GET stock, check, SET stock-1 | yes, between any two requests |
 //! | `local-mutex` (`local_mutex.rs`) | the same in a process-local mutex | yes, between instances |
+//! | `optimistic` (`optimistic.rs`) | the database's `... WHERE stock > 0` | no; every buyer is a write on one row |
 //! | `lock` (`lock.rs`) | a locksmith lock per voucher (+ one per user) | no; serializes all buyers |
 //! | `segmented` (`segmented.rs`) | N stock segments, one lock each | no; N buyers at a time |
 //! | `lua` (`lua.rs`, `gate.lua`) | one atomic script + a stream | no; no lock at all |
 //!
+//! The racy strategies write what their gate let through without a stock
+//! guard, as the original experiment does, so their oversell reaches the
+//! database (negative stock, more orders than items). All others write with
+//! the guard (`StockGuard::Enforce`), a last line of defense that the demo
+//! shows never fires. `lock` and `segmented` share their per-user lock and
+//! lock handling (`guarded.rs`) and differ in the stock step they pass in.
 //! The synchronous strategies (all but `lua`) write the order to the
 //! database before answering; `lua` answers at once with a pending order
 //! that the [`crate::pipeline`] writes.
 
+mod guarded;
 mod local_mutex;
 mod lock;
 mod lua;
+mod optimistic;
 mod segmented;
 mod unsafe_rcw;
 
 use std::time::Instant;
 
 use crate::config::Strategy;
-use crate::db::{now_ms, Order, Voucher, WriteOutcome};
+use crate::db::{now_ms, Order, StockGuard, Voucher, WriteOutcome};
 use crate::error::AppError;
 use crate::state::AppState;
 use crate::{keys, order_id};
@@ -48,6 +57,7 @@ pub async fn purchase(
     match state.config().strategy {
         Strategy::Unsafe => unsafe_rcw::purchase(state, voucher, user_id).await,
         Strategy::LocalMutex => local_mutex::purchase(state, voucher, user_id).await,
+        Strategy::Optimistic => optimistic::purchase(state, voucher, user_id).await,
         Strategy::Lock => lock::purchase(state, voucher, user_id).await,
         Strategy::Segmented => segmented::purchase(state, voucher, user_id).await,
         Strategy::Lua => lua::purchase(state, voucher, user_id).await,
@@ -146,14 +156,15 @@ static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
 /// Writes the order of a buyer the gate let through and answers for it.
 ///
 /// When the write fails or the user turns out to have an order already, the
-/// item goes back to `stock_key`. When the database's stock guard refuses,
-/// the gate oversold: the buyer hears so (409 `oversold`) and the refusal
-/// is recorded.
+/// item goes back to `stock_key`. `guard` says how the database stock is
+/// decremented; when an enforcing guard refuses, the gate oversold: the
+/// buyer hears so (409 `oversold`) and the refusal is recorded.
 async fn write_now(
     state: &AppState,
     voucher: &Voucher,
     user_id: i64,
     stock_key: &str,
+    guard: StockGuard,
 ) -> Result<Accepted, AppError> {
     let give_back = || async {
         let mut conn = state.redis();
@@ -190,7 +201,7 @@ async fn write_now(
             user_id,
         };
         let started = Instant::now();
-        let outcome = state.db().write_order(&order).await;
+        let outcome = state.db().write_order(&order, guard).await;
         metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
         match outcome {
             Ok(WriteOutcome::IdTaken) if attempts < 5 => continue,
@@ -268,6 +279,11 @@ pub fn segment_shares(stock: i64, segments: i64) -> Vec<i64> {
 /// Items left according to Redis, in the form this instance's strategy
 /// keeps them; `None` when Redis has lost the voucher's state.
 pub async fn stock_left(state: &AppState, voucher: &Voucher) -> Result<Option<i64>, AppError> {
+    if state.config().strategy == Strategy::Optimistic {
+        // The database row is this strategy's stock.
+        let current = state.db().voucher(voucher.id).await?;
+        return Ok(current.map(|v| v.stock));
+    }
     let mut conn = state.redis();
     if state.config().strategy == Strategy::Segmented {
         let keys: Vec<String> = (0..voucher.segments)

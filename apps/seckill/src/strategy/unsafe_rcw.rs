@@ -3,7 +3,7 @@
 //! the same item and the counter reaches zero long after the stock has.
 
 use super::{already_bought, check_window, read_check_write, write_now, Accepted};
-use crate::db::Voucher;
+use crate::db::{StockGuard, Voucher};
 use crate::error::AppError;
 use crate::keys;
 use crate::state::AppState;
@@ -21,5 +21,6 @@ pub(super) async fn purchase(
     if !read_check_write(state, voucher, &stock_key, user_id).await? {
         return Err(AppError::SoldOut);
     }
-    write_now(state, voucher, user_id, &stock_key).await
+    // The racy stage writes what its gate let through, unguarded.
+    write_now(state, voucher, user_id, &stock_key, StockGuard::Unguarded).await
 }

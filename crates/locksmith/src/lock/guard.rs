@@ -98,7 +98,8 @@ impl LockGuard {
         self.lease.remaining()
     }
 
-    /// True once the lease is known or assumed lost.
+    /// True once the lease is known or assumed lost. Checks the local
+    /// deadline itself, so it does not depend on the watchdog task running.
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
     }

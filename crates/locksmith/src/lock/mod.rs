@@ -149,7 +149,7 @@ impl Lock {
     /// not renew them (as in Redisson when a lease time is given).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or beyond what
+    /// [`Error::InvalidArgument`] for a lease under 10 ms or beyond what
     /// Redis accepts.
     pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
         validate::lease(lease)?;
@@ -175,6 +175,15 @@ impl Lock {
     /// Connection errors and timeouts talking to Redis (after retries);
     /// [`Error::WrongType`] when the key holds something else;
     /// [`Error::NotHeld`] when this owner re-enters a hold that was lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
+    /// registration and hand-off ticket go with it; a request not yet sent is
+    /// withdrawn; a sent acquire whose reply was not read is undone by a
+    /// background release sent only after that call settled, so the grant
+    /// cannot overtake it; a hand-off arriving after the drop is released like
+    /// a dropped guard. Until the undo lands the lock may be held by no guard:
+    /// about one round trip, or until the lease ends if Redis is unreachable.
     pub async fn lock(&self) -> Result<LockGuard> {
         loop {
             // Without a deadline `acquire` only returns with the lock.
@@ -188,6 +197,11 @@ impl Lock {
     ///
     /// # Errors
     /// As for [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`]. It never waits, so only two parts
+    /// apply: a request not yet sent is withdrawn, and a sent acquire whose
+    /// reply was not read is undone in the background after that call settled.
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(Some(Duration::ZERO)).await
     }
@@ -198,6 +212,11 @@ impl Lock {
     /// # Errors
     /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
     /// for [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`]: dropping the future (for example on an
+    /// outer timeout) leaves no registration, ticket, queued request or grant
+    /// behind.
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
         self.acquire(Some(wait)).await
     }
@@ -206,6 +225,9 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn is_locked(&self) -> Result<bool> {
         key_exists(&self.shared.client, &self.shared.name).await
     }
@@ -215,6 +237,9 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn hold_count(&self) -> Result<u64> {
         let mut conn = self.shared.client.connection();
         let n: Option<u64> = redis::cmd("HGET")
@@ -231,6 +256,9 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let mut conn = self.shared.client.connection();
         let ms: i64 = redis::cmd("PTTL")
@@ -245,6 +273,9 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn info(&self) -> Result<LockInfo> {
         let mut conn = self.shared.client.connection();
         let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = redis::pipe()
@@ -271,6 +302,11 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the command was sent,
+    /// the lock may or may not have been deleted (and its waiters woken);
+    /// [`Lock::is_locked`] shows where it stands. Nothing else is left behind.
     pub async fn force_unlock(&self) -> Result<bool> {
         force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
     }
@@ -422,7 +458,7 @@ impl Lock {
         ];
         let first_sent = Instant::now();
         let mut attempt = 0;
-        let ((status, value, count), sent_at): ((i64, i64, u32), Instant) = loop {
+        let (reply, sent_at): (Vec<i64>, Instant) = loop {
             attempt += 1;
             let sent_at = Instant::now();
             let (tracker, tracked) = crate::batch::tracker();
@@ -447,16 +483,26 @@ impl Lock {
         let Some(mut state) = rollback.state.take() else {
             return Err(self.not_held());
         };
+        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
+        let (status, value, count) = (field(0), field(1), u32::try_from(field(2)).unwrap_or(0));
+        let left = reply.get(3).copied();
         match status {
             // Granted by this send: the lease runs from it.
             1 => self
                 .grant(&mut state, value, count, sent_at)
                 .map(Attempt::Granted),
-            // Granted by an earlier send whose reply was lost: the lease
-            // runs from that send, at the latest from the first.
-            2 => self
-                .grant(&mut state, value, count, first_sent)
-                .map(Attempt::Granted),
+            // Granted earlier: by an earlier send of this attempt (the
+            // lease then runs from the first send at the latest), or a
+            // grant left over from an attempt given up on (older still).
+            // The server's remaining TTL, read by this send, caps it.
+            2 => {
+                let guard = self.grant(&mut state, value, count, first_sent)?;
+                if let (Some(reg), Some(ms)) = (&state.registration, left) {
+                    let ms = u64::try_from(ms).unwrap_or(0);
+                    reg.maybe_rearmed(sent_at, Duration::from_millis(ms));
+                }
+                Ok(Attempt::Granted(guard))
+            }
             0 => Ok(Attempt::Busy(match u64::try_from(value) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
                 // No expiry on the key (set by someone else without a

@@ -76,7 +76,7 @@ impl SimpleLock {
     /// This handle with a fixed lease (no watchdog renewal).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or too long.
+    /// [`Error::InvalidArgument`] for a lease under 10 ms or too long.
     pub fn with_lease(&self, lease: Duration) -> Result<SimpleLock> {
         validate::lease(lease)?;
         Ok(SimpleLock {
@@ -94,6 +94,14 @@ impl SimpleLock {
     ///
     /// # Errors
     /// Connection errors and timeouts; [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
+    /// registration goes with it; a sent attempt whose reply was not read is
+    /// undone by a background compare-and-delete with that attempt's own token,
+    /// so it removes nothing but that attempt's grant. Until the undo lands the
+    /// lock may be held by no guard: about one round trip, or until the lease
+    /// ends if Redis is unreachable.
     pub async fn lock(&self) -> Result<LockGuard> {
         loop {
             if let Some(guard) = self.acquire(None).await? {
@@ -106,6 +114,10 @@ impl SimpleLock {
     ///
     /// # Errors
     /// As for [`SimpleLock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`SimpleLock::lock`]: a sent attempt whose reply was not
+    /// read is undone by a background compare-and-delete with its token.
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(Some(Duration::ZERO)).await
     }
@@ -115,6 +127,10 @@ impl SimpleLock {
     /// # Errors
     /// As for [`SimpleLock::lock`], and [`Error::InvalidArgument`] for a
     /// wait that overflows the clock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`SimpleLock::lock`]: dropping the future leaves no
+    /// registration or grant behind.
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
         self.acquire(Some(wait)).await
     }
@@ -123,6 +139,9 @@ impl SimpleLock {
     ///
     /// # Errors
     /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn is_locked(&self) -> Result<bool> {
         super::key_exists(&self.shared.client, &self.shared.name).await
     }
@@ -131,6 +150,12 @@ impl SimpleLock {
     ///
     /// # Errors
     /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the command was sent,
+    /// the lock may or may not have been deleted (and its waiters woken);
+    /// [`SimpleLock::is_locked`] shows where it stands. Nothing else is left
+    /// behind.
     pub async fn force_unlock(&self) -> Result<bool> {
         super::force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
     }

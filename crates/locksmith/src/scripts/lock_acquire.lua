@@ -7,9 +7,10 @@
 --   ARGV  lease in milliseconds, owner field "<client-uuid>:<holder-id>",
 --         the hold count the owner believes it has before this acquire
 -- Returns one reply per request: {1, token, count} granted by this call
--- (the lease was set now), {2, token, count} granted by an earlier send of
--- the same request whose reply was lost (the lease was set then, not now),
--- {0, pttl, 0} busy,
+-- (the lease was set now), {2, token, count, pttl} granted earlier (a
+-- resend of a request whose reply was lost, or a grant left over from an
+-- attempt the owner gave up on): the lease was set then, not now, and pttl
+-- is what is left of it, {0, pttl, 0} busy,
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count
 -- (the hold was lost), or {-2, error message} for a request that failed alone (e.g.
 -- WRONGTYPE) without affecting the others.
@@ -44,7 +45,8 @@ local function acquire(key, token_key, lease, owner, expected)
     end
     if held == expected + 1 then
         -- A resend of an attempt whose reply was lost: it already landed.
-        return {2, tonumber(redis.call('get', token_key) or '0'), held}
+        return {2, tonumber(redis.call('get', token_key) or '0'), held,
+            redis.call('pttl', key)}
     end
     return {-1, held, 0}
 end

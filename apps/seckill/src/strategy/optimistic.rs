@@ -1,0 +1,70 @@
+//! `optimistic`: the fix the original experiment reaches first. No lock and
+//! no Redis counter: the database row is the stock, and the decrement
+//! carries its own check, `UPDATE vouchers SET stock = stock - 1 WHERE id =
+//! ? AND stock > 0`, in the same transaction as the order insert. The
+//! database evaluates the condition on the row as it is when the update
+//! holds the row's write lock, so two buyers can never both take the last
+//! item; an update that matches no row means sold out.
+//!
+//! Retry policy: none for contention. Unlike the compare-and-set form
+//! (`WHERE stock = <the value read>`), which fails whenever anyone else
+//! bought in between and must then be retried, `stock > 0` only fails when
+//! the stock is really gone, so a failure is final: 409 `sold_out`. A
+//! database error answers 503 with nothing written (the transaction rolls
+//! back); the buyer may simply try again. Only an order-id collision (the
+//! id sequence restarted after Redis lost its data) is retried, with a
+//! fresh id, as in every synchronous strategy.
+//!
+//! The cost: every buyer is a write transaction on one hot row, so the
+//! database serializes them; the read of the stock before it only spares
+//! the buyers after the sell-out that transaction.
+
+use super::{check_window, Accepted};
+use crate::db::{Order, StockGuard, Voucher, WriteOutcome};
+use crate::error::AppError;
+use crate::order_id;
+use crate::state::AppState;
+
+/// Order-id collisions tolerated before giving up (see the module docs).
+const ID_ATTEMPTS: u32 = 5;
+
+pub(super) async fn purchase(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+) -> Result<Accepted, AppError> {
+    check_window(voucher)?;
+    // The cheap read: after the sell-out, answer without a transaction.
+    let current = state
+        .db()
+        .voucher(voucher.id)
+        .await?
+        .ok_or(AppError::NotFound("voucher"))?;
+    if current.stock <= 0 {
+        return Err(AppError::SoldOut);
+    }
+    for _ in 0..ID_ATTEMPTS {
+        let id = order_id::next(&mut state.redis()).await?;
+        let order = Order {
+            id,
+            voucher_id: voucher.id,
+            user_id,
+        };
+        let started = std::time::Instant::now();
+        let outcome = state.db().write_order(&order, StockGuard::Enforce).await?;
+        metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
+        match outcome {
+            WriteOutcome::Created | WriteOutcome::AlreadyWritten => {
+                metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
+                return Ok(Accepted {
+                    order_id: id,
+                    pending: false,
+                });
+            }
+            WriteOutcome::DuplicateUser => return Err(AppError::AlreadyBought),
+            WriteOutcome::StockExhausted => return Err(AppError::SoldOut),
+            WriteOutcome::IdTaken => continue,
+        }
+    }
+    Err(AppError::Unavailable("no free order id".into()))
+}
