@@ -16,8 +16,9 @@ use crate::state::BoxError;
 pub enum Balancer {
     /// A private nginx; killed on drop.
     Nginx {
-        /// The nginx process (single-process mode, so killing it ends it).
-        child: Child,
+        /// The nginx process (single-process mode, so killing it ends it);
+        /// boxed, it is much larger than the other variant.
+        child: Box<Child>,
         /// `http://127.0.0.1:<port>`.
         url: String,
         /// Config, pid file and error log; removed on drop.
@@ -73,9 +74,9 @@ impl Balancer {
 }
 
 fn find_nginx() -> Option<PathBuf> {
-    let candidates = std::env::var_os("PATH")
+    let candidates: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).map(|d| d.join("nginx")).collect())
-        .unwrap_or_else(Vec::new);
+        .unwrap_or_default();
     candidates
         .into_iter()
         .chain([PathBuf::from("/usr/sbin/nginx")])
@@ -175,7 +176,7 @@ http {{
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(Balancer::Nginx {
-        child,
+        child: Box::new(child),
         url,
         _dir: dir,
     })
