@@ -49,12 +49,59 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 /// busy.
 pub(crate) const MAX_BATCH: usize = 128;
 
+/// One argument of a request, written straight into the script call's
+/// command buffer (no copy of its own on the way).
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    /// Text shared with the primitive it belongs to (a key, an owner id).
+    Text(Arc<str>),
+    /// A number, formatted as it is written.
+    Int(u64),
+    /// A constant.
+    Static(&'static str),
+}
+
+impl Arg {
+    fn write(&self, cmd: &mut redis::Cmd) {
+        match self {
+            Arg::Text(text) => cmd.arg(&**text),
+            Arg::Int(n) => cmd.arg(*n),
+            Arg::Static(text) => cmd.arg(*text),
+        };
+    }
+}
+
+/// What one request sends: its KEYS, then its ARGV, in the script's
+/// per-request order. Cheap to clone, so a resend costs no copy.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    /// KEYS then ARGV.
+    parts: Arc<[Arg]>,
+    /// How many of `parts` are KEYS.
+    keys: usize,
+}
+
+impl Call {
+    /// A request with `keys` KEYS followed by its ARGV, all in `parts`.
+    pub(crate) fn new(keys: usize, parts: impl Into<Arc<[Arg]>>) -> Call {
+        let parts = parts.into();
+        debug_assert!(keys <= parts.len());
+        Call { parts, keys }
+    }
+
+    fn keys(&self) -> &[Arg] {
+        &self.parts[..self.keys]
+    }
+
+    fn args(&self) -> &[Arg] {
+        &self.parts[self.keys..]
+    }
+}
+
 /// One queued request.
 struct Request {
-    /// This request's KEYS, in the script's per-request order.
-    keys: Vec<Vec<u8>>,
-    /// This request's ARGV, in the script's per-request order.
-    args: Vec<Vec<u8>>,
+    /// What it sends.
+    call: Call,
     /// Where the reply goes; a closed receiver (cancelled caller) means the
     /// request is dropped if it has not been sent yet.
     reply: oneshot::Sender<RedisResult<Value>>,
@@ -138,16 +185,14 @@ impl Batcher {
     /// withdraws it; after, the call goes on and only the reply is lost.
     pub(crate) async fn call<T: FromRedisValue>(
         &self,
-        keys: Vec<Vec<u8>>,
-        args: Vec<Vec<u8>>,
+        call: Call,
         tracker: Option<Tracker>,
     ) -> RedisResult<T> {
         let (reply, answer) = oneshot::channel();
         let batch = {
             let mut queue = self.shared.lock();
             queue.pending.push(Request {
-                keys,
-                args,
+                call,
                 reply,
                 _tracker: tracker,
             });
@@ -262,19 +307,36 @@ impl Shared {
     }
 
     /// One script call for `batch`; hands every request its reply.
+    ///
+    /// The `EVALSHA` command is built in one buffer straight from the
+    /// requests' arguments; if the server does not know the script
+    /// (`NOSCRIPT`: restarted, flushed), it is loaded and the call sent
+    /// once more, as redis-rs's `Script` does.
     async fn send(&self, batch: Vec<Request>) {
-        let mut invocation = self.script.prepare_invoke();
+        let mut cmd = redis::cmd("EVALSHA");
+        let keys: usize = batch.iter().map(|r| r.call.keys).sum();
+        cmd.arg(self.script.get_hash()).arg(keys);
         for request in &batch {
-            for key in &request.keys {
-                invocation.key(key.as_slice());
+            for key in request.call.keys() {
+                key.write(&mut cmd);
             }
-            for arg in &request.args {
-                invocation.arg(arg.as_slice());
+        }
+        for request in &batch {
+            for arg in request.call.args() {
+                arg.write(&mut cmd);
             }
         }
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
         let mut conn = self.conn.clone();
-        match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
+        let mut reply = cmd.query_async::<Vec<Value>>(&mut conn).await;
+        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            reply = match self.script.load_async(&mut conn).await {
+                Ok(_) => cmd.query_async::<Vec<Value>>(&mut conn).await,
+                Err(e) => Err(e),
+            };
+        }
+        match reply {
             Ok(replies) if replies.len() == batch.len() => {
                 for (request, reply) in batch.into_iter().zip(replies) {
                     let _ = request.reply.send(Ok(reply));

@@ -24,7 +24,7 @@ pub(crate) fn lock_token(name: &str) -> String {
 }
 
 /// The message a final release publishes (Redisson's `UNLOCK_MESSAGE`).
-pub(crate) const UNLOCK_MESSAGE: i64 = 0;
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 #[cfg(test)]
 mod tests {

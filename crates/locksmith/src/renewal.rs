@@ -45,12 +45,12 @@ impl Ownership {
 
 /// What the watchdog needs to know about one hold.
 pub(crate) struct Hold {
-    /// The lock key to extend.
-    pub(crate) key: String,
+    /// The lock key to extend (shared with the lock handle).
+    pub(crate) key: Arc<str>,
     /// How ownership is recorded in `key`.
     pub(crate) ownership: Ownership,
     /// The owner field or token the server must still show.
-    pub(crate) owner: String,
+    pub(crate) owner: Arc<str>,
     /// The lease to extend to on each renewal.
     pub(crate) lease: Duration,
     /// False for fixed leases: only the expiry timer runs.
@@ -343,11 +343,11 @@ struct Due {
     /// The entry id.
     id: u64,
     /// The lock key.
-    key: String,
+    key: Arc<str>,
     /// How ownership is recorded.
     ownership: Ownership,
     /// Field or token that must still own the key.
-    owner: String,
+    owner: Arc<str>,
     /// The lease to extend to.
     lease: Duration,
     /// The entry's generation when the call was prepared.
@@ -359,9 +359,9 @@ async fn renew_batch(shared: Weak<Shared>, mut conn: ConnectionManager, batch: V
     let mut invocation = scripts::RENEW.prepare_invoke();
     for due in &batch {
         invocation
-            .key(&due.key)
+            .key(&*due.key)
             .arg(due.ownership.code())
-            .arg(&due.owner)
+            .arg(&*due.owner)
             .arg(due.lease.as_millis() as u64);
     }
     let sent_at = Instant::now();

@@ -312,3 +312,17 @@ async fn watchdog_renews_many_leases_in_batched_calls() {
     }
     assert_eq!(client.tracked_lease_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_flushed_on_the_server_are_loaded_again() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let lock = client.lock("flushed").unwrap();
+    lock.lock().await.unwrap().release().await.unwrap();
+    let mut admin = server.connection().unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    // Both batched scripts meet NOSCRIPT once, load themselves, and work.
+    let guard = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    guard.release().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}

@@ -226,7 +226,7 @@ impl TicketGuard {
         handoffs
             .registry()
             .queues
-            .entry(lock.shared.name.clone())
+            .entry(lock.shared.name.to_string())
             .or_default()
             .push_back(ticket.clone());
         TicketGuard { ticket }
@@ -277,10 +277,10 @@ impl Drop for TicketGuard {
         let lock = &self.ticket.lock;
         {
             let mut registry = lock.shared.client.handoffs().registry();
-            if let Some(queue) = registry.queues.get_mut(&lock.shared.name) {
+            if let Some(queue) = registry.queues.get_mut(&*lock.shared.name) {
                 queue.retain(|t| !Arc::ptr_eq(t, &self.ticket));
                 if queue.is_empty() {
-                    registry.queues.remove(&lock.shared.name);
+                    registry.queues.remove(&*lock.shared.name);
                 }
             }
         }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use crate::batch::{Arg, Call};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::renewal::{Hold, Ownership, Registration};
@@ -69,14 +70,15 @@ pub struct Lock {
 struct Shared {
     /// The client the lock lives in.
     client: Client,
-    /// The lock name: also the key of the lock hash.
-    name: String,
+    /// The lock name: also the key of the lock hash. Shared (`Arc`) with
+    /// the script calls that carry it, so a call copies no names.
+    name: Arc<str>,
     /// Fencing counter key.
-    token_key: String,
+    token_key: Arc<str>,
     /// Release channel.
-    channel: String,
+    channel: Arc<str>,
     /// This owner's field in the lock hash.
-    owner: String,
+    owner: Arc<str>,
     /// Serializes acquire and release of this owner, so the hold count sent
     /// with each script call matches the server's.
     state: Arc<Mutex<HoldState>>,
@@ -132,10 +134,10 @@ impl Client {
         Ok(Lock {
             shared: Arc::new(Shared {
                 client: self.clone(),
-                token_key: keys::lock_token(&name),
-                channel: keys::lock_channel(&name),
-                owner: format!("{}:{holder}", self.id().hyphenated()),
-                name,
+                token_key: keys::lock_token(&name).into(),
+                channel: keys::lock_channel(&name).into(),
+                owner: format!("{}:{holder}", self.id().hyphenated()).into(),
+                name: name.into(),
                 state: Arc::new(Mutex::new(HoldState::default())),
             }),
             lease: None,
@@ -243,8 +245,8 @@ impl Lock {
     pub async fn hold_count(&self) -> Result<u64> {
         let mut conn = self.shared.client.connection();
         let n: Option<u64> = redis::cmd("HGET")
-            .arg(&self.shared.name)
-            .arg(&self.shared.owner)
+            .arg(&*self.shared.name)
+            .arg(&*self.shared.owner)
             .query_async(&mut conn)
             .await
             .map_err(|e| self.map_err(e))?;
@@ -262,7 +264,7 @@ impl Lock {
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let mut conn = self.shared.client.connection();
         let ms: i64 = redis::cmd("PTTL")
-            .arg(&self.shared.name)
+            .arg(&*self.shared.name)
             .query_async(&mut conn)
             .await
             .map_err(|e| self.map_err(e))?;
@@ -281,11 +283,11 @@ impl Lock {
         let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = redis::pipe()
             .atomic()
             .cmd("HGETALL")
-            .arg(&self.shared.name)
+            .arg(&*self.shared.name)
             .cmd("PTTL")
-            .arg(&self.shared.name)
+            .arg(&*self.shared.name)
             .cmd("GET")
-            .arg(&self.shared.token_key)
+            .arg(&*self.shared.token_key)
             .query_async(&mut conn)
             .await
             .map_err(|e| self.map_err(e))?;
@@ -447,15 +449,16 @@ impl Lock {
             lease,
             after: None,
         };
-        let keys = vec![
-            self.shared.name.clone().into_bytes(),
-            self.shared.token_key.clone().into_bytes(),
-        ];
-        let args = vec![
-            (lease.as_millis() as u64).to_string().into_bytes(),
-            self.shared.owner.clone().into_bytes(),
-            expected.to_string().into_bytes(),
-        ];
+        let call = Call::new(
+            2,
+            [
+                Arg::Text(self.shared.name.clone()),
+                Arg::Text(self.shared.token_key.clone()),
+                Arg::Int(lease.as_millis() as u64),
+                Arg::Text(self.shared.owner.clone()),
+                Arg::Int(u64::from(expected)),
+            ],
+        );
         let first_sent = Instant::now();
         let mut attempt = 0;
         let (reply, sent_at): (Vec<i64>, Instant) = loop {
@@ -465,7 +468,7 @@ impl Lock {
             rollback.after = Some(tracked);
             let reply = client
                 .acquire_batch()
-                .call(keys.clone(), args.clone(), Some(tracker))
+                .call(call.clone(), Some(tracker))
                 .await;
             match reply {
                 Ok(reply) => break (reply, sent_at),
@@ -527,12 +530,12 @@ impl Lock {
         }
         let mut conn = self.shared.client.connection();
         let kind: redis::RedisResult<String> = redis::cmd("TYPE")
-            .arg(&self.shared.token_key)
+            .arg(&*self.shared.token_key)
             .query_async(&mut conn)
             .await;
         match kind {
             Ok(kind) if kind != "string" && kind != "none" => Error::WrongType {
-                key: self.shared.token_key.clone(),
+                key: self.shared.token_key.to_string(),
             },
             _ => err,
         }
@@ -575,7 +578,7 @@ impl Lock {
 
     fn not_held(&self) -> Error {
         Error::NotHeld {
-            name: self.shared.name.clone(),
+            name: self.shared.name.to_string(),
         }
     }
 
@@ -619,10 +622,8 @@ fn forget(state: &mut HoldState) {
 
 /// What the release script is asked to do, and what a resend must repeat.
 struct ReleaseCall {
-    /// KEYS of one request.
-    keys: Vec<Vec<u8>>,
-    /// ARGV of one request.
-    args: Vec<Vec<u8>>,
+    /// KEYS and ARGV of one request.
+    call: Call,
     /// The lease a remaining hold is re-armed to.
     lease: Duration,
     /// The hold count sent.
@@ -633,41 +634,35 @@ impl ReleaseCall {
     fn new(shared: &Shared, lease: Duration, expected: u32, successor: Option<&Offer>) -> Self {
         let (successor, successor_lease, if_alone) = match successor {
             Some(offer) => (
-                offer.lock().shared.owner.clone(),
+                Arg::Text(offer.lock().shared.owner.clone()),
                 offer.lock().lease().as_millis() as u64,
                 offer.if_alone(),
             ),
-            None => (String::new(), 0, false),
+            None => (Arg::Static(""), 0, false),
         };
         ReleaseCall {
-            keys: vec![
-                shared.name.clone().into_bytes(),
-                shared.channel.clone().into_bytes(),
-                shared.token_key.clone().into_bytes(),
-            ],
-            args: vec![
-                (lease.as_millis() as u64).to_string().into_bytes(),
-                shared.owner.clone().into_bytes(),
-                expected.to_string().into_bytes(),
-                keys::UNLOCK_MESSAGE.to_string().into_bytes(),
-                successor.into_bytes(),
-                successor_lease.to_string().into_bytes(),
-                if if_alone {
-                    b"1".to_vec()
-                } else {
-                    b"0".to_vec()
-                },
-            ],
+            call: Call::new(
+                3,
+                [
+                    Arg::Text(shared.name.clone()),
+                    Arg::Text(shared.channel.clone()),
+                    Arg::Text(shared.token_key.clone()),
+                    Arg::Int(lease.as_millis() as u64),
+                    Arg::Text(shared.owner.clone()),
+                    Arg::Int(u64::from(expected)),
+                    Arg::Static(keys::UNLOCK_MESSAGE),
+                    successor,
+                    Arg::Int(successor_lease),
+                    Arg::Static(if if_alone { "1" } else { "0" }),
+                ],
+            ),
             lease,
             expected,
         }
     }
 
     async fn send(&self, client: &Client) -> redis::RedisResult<(i64, i64)> {
-        client
-            .release_batch()
-            .call(self.keys.clone(), self.args.clone(), None)
-            .await
+        client.release_batch().call(self.call.clone(), None).await
     }
 }
 
@@ -705,7 +700,7 @@ async fn release_locked(
     let expected = state.count;
     if expected == 0 {
         return Err(Error::NotHeld {
-            name: shared.name.clone(),
+            name: shared.name.to_string(),
         });
     }
     let client = &shared.client;
@@ -791,7 +786,7 @@ fn apply_release(
     sends: Sends,
 ) -> Result<()> {
     let not_held = || Error::NotHeld {
-        name: shared.name.clone(),
+        name: shared.name.to_string(),
     };
     match status {
         1 | 3 => {

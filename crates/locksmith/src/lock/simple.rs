@@ -244,9 +244,9 @@ impl SimpleLock {
         }
         let registration = self.shared.client.renewer().register(
             Hold {
-                key: self.shared.name.clone(),
+                key: self.shared.name.as_str().into(),
                 ownership: Ownership::StringToken,
-                owner: token.to_owned(),
+                owner: token.into(),
                 lease,
                 renew: self.lease.is_none(),
             },
