@@ -19,6 +19,10 @@ use crate::notify::{HubTimeouts, NotifyHub};
 use crate::renewal::Renewer;
 use crate::scripts;
 
+/// The longest timeout or check period a client accepts: a day. Longer
+/// values are mistakes (and would overflow clock arithmetic).
+const MAX_PERIOD: Duration = Duration::from_secs(86_400);
+
 /// Options for a [`Client`], set through [`ClientBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -157,7 +161,7 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a malformed URL, a zero timeout or
-    /// ping interval, or a lease too short to hold anything (see
+    /// ping interval (or one over a day), or a lease too short to hold anything (see
     /// [`Lock::with_lease`](crate::Lock::with_lease)); [`Error::Connect`]
     /// or [`Error::Timeout`] when the server cannot be reached in time (the
     /// message names the address).
@@ -174,6 +178,17 @@ impl ClientBuilder {
             return Err(Error::invalid(
                 "pubsub_ping_interval must be greater than zero",
             ));
+        }
+        for (what, value) in [
+            ("connect_timeout", config.connect_timeout),
+            ("command_timeout", config.command_timeout),
+            ("pubsub_ping_interval", config.pubsub_ping_interval),
+        ] {
+            if value > MAX_PERIOD {
+                return Err(Error::invalid(format!(
+                    "{what} of {value:?} is longer than the limit of {MAX_PERIOD:?}"
+                )));
+            }
         }
         crate::validate::lease(config.lease)?;
         if config.max_name_len == 0 {

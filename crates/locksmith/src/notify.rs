@@ -116,6 +116,23 @@ impl Shared {
         }
     }
 
+    /// Wakes every waiter of `channel` (it just became ready: waiters that
+    /// stopped waiting for that re-check now).
+    fn wake_channel(&self, channel: &str) {
+        if let Some(ch) = self.lock().get_mut(channel) {
+            ch.seq += 1;
+            ch.queue.iter().for_each(|s| s.wake());
+        }
+    }
+
+    /// Marks every channel as not subscribed (its connection is gone).
+    fn unready_all(&self) {
+        for ch in self.lock().values_mut() {
+            ch.ready.send_replace(false);
+            ch.seq += 1;
+        }
+    }
+
     /// Wakes every waiter of every channel (after a reconnect).
     fn wake_all(&self) {
         for ch in self.lock().values_mut() {
@@ -163,7 +180,7 @@ impl NotifyHub {
 
     /// Starts the connection task if it is not running.
     fn ensure_task(&self) {
-        self.task.ensure(|| {
+        let restarted = self.task.ensure(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             *self
                 .shared
@@ -177,6 +194,13 @@ impl NotifyHub {
                 self.timeouts,
             )
         });
+        if restarted {
+            // A task that ended with its runtime left its channels marked
+            // subscribed; the new connection subscribes them again, and
+            // their waiters re-check meanwhile (a message may be lost).
+            self.shared.unready_all();
+            self.shared.wake_all();
+        }
     }
 
     /// Number of channels currently subscribed or being subscribed.
@@ -248,7 +272,7 @@ impl NotifyHub {
         }
         // If the subscription cannot be confirmed in time, carry on: the
         // caller's bounded sleep still guarantees progress.
-        let mut until = Instant::now() + self.timeouts.command;
+        let mut until = later(self.timeouts.command);
         if let Some(d) = deadline {
             until = until.min(d);
         }
@@ -310,6 +334,13 @@ impl Drop for Waiter {
     }
 }
 
+/// `d` from now, saturating far in the future instead of overflowing.
+fn later(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365))
+}
+
 /// Shortest and longest pause between reconnect attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -335,13 +366,9 @@ async fn run(
         if let Session::HubGone = outcome {
             return;
         }
-        if let Some(strong) = shared.upgrade() {
-            for ch in strong.lock().values_mut() {
-                ch.ready.send_replace(false);
-                ch.seq += 1;
-            }
-        } else {
-            return;
+        match shared.upgrade() {
+            Some(strong) => strong.unready_all(),
+            None => return,
         }
         if connected_at.elapsed() >= HEALTHY {
             backoff = BACKOFF_MIN;
@@ -409,10 +436,8 @@ async fn session(
         }
     }
     *reconnecting = true;
-    let mut health = tokio::time::interval_at(
-        Instant::now() + timeouts.ping_interval,
-        timeouts.ping_interval,
-    );
+    let mut health =
+        tokio::time::interval_at(later(timeouts.ping_interval), timeouts.ping_interval);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -426,8 +451,14 @@ async fn session(
                         );
                         if ok {
                             if let Some(strong) = shared.upgrade() {
-                                if let Some(ch) = strong.lock().get(&channel) {
-                                    ch.ready.send_replace(true);
+                                let confirmed = strong
+                                    .lock()
+                                    .get(&channel)
+                                    .is_some_and(|ch| !ch.ready.send_replace(true));
+                                if confirmed {
+                                    // Waiters that gave up waiting for this
+                                    // confirmation re-check now.
+                                    strong.wake_channel(&channel);
                                 }
                             }
                         }

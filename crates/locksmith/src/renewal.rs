@@ -67,6 +67,10 @@ struct Entry {
     next_renewal: Instant,
     /// A renewal for this entry is on the wire; don't send another.
     in_flight: bool,
+    /// When the renewal on the wire was prepared (no later than it was
+    /// sent): if a lock call re-arms the lease meanwhile, the renewal may
+    /// still land after it, with the lease it carries.
+    in_flight_since: Instant,
     /// The last renewal failed: `next_renewal` is a retry time and must be
     /// honoured exactly, not pulled forward into a batch.
     retrying: bool,
@@ -143,6 +147,14 @@ impl Registration {
     pub(crate) fn rearmed(&self, sent_at: Instant, lease: Duration) {
         self.state.armed(sent_at, lease);
         self.update(|entry| {
+            if entry.in_flight {
+                // A renewal sent before this call may be applied after it
+                // (same connection, but sent later than the call was
+                // prepared), setting the renewal's lease instead.
+                entry
+                    .state
+                    .maybe_armed(entry.in_flight_since, entry.hold.lease);
+            }
             entry.hold.lease = lease;
             entry.next_renewal = sent_at + lease / 3;
         });
@@ -192,8 +204,16 @@ impl Shared {
         let restarted = self
             .task
             .ensure(|| run(Arc::downgrade(self), self.conn.clone()));
-        if restarted && !self.lock_entries().is_empty() {
-            tracing::debug!("watchdog task (re)started on the current runtime");
+        if restarted {
+            let mut entries = self.lock_entries();
+            if !entries.is_empty() {
+                tracing::debug!("watchdog task (re)started on the current runtime");
+            }
+            // Renewal calls of the old runtime died with it: none is on the
+            // wire any more.
+            for entry in entries.values_mut() {
+                entry.in_flight = false;
+            }
         }
     }
 }
@@ -244,6 +264,7 @@ impl Renewer {
             hold,
             state: state.clone(),
             in_flight: false,
+            in_flight_since: sent_at,
             retrying: false,
             generation: 0,
         };
@@ -302,6 +323,7 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
                 };
                 if entry.next_renewal <= now + slack {
                     entry.in_flight = true;
+                    entry.in_flight_since = now;
                     batch.push(Due {
                         id: *id,
                         key: entry.hold.key.clone(),
@@ -379,9 +401,10 @@ async fn renew_batch(shared: Weak<Shared>, mut conn: ConnectionManager, batch: V
                         continue;
                     };
                     entry.in_flight = false;
-                    if entry.generation != due.generation {
+                    if renewed == 1 && entry.generation != due.generation {
                         // A lock call re-armed the lease after this renewal
-                        // was sent; what it recorded stands.
+                        // was prepared; what it recorded stands (capped
+                        // by this renewal's lease then).
                         continue;
                     }
                     entry.retrying = false;

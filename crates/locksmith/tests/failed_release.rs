@@ -36,7 +36,9 @@ fn field(server: &RedisServer, name: &str, owner: &str) -> Option<u64> {
 async fn a_release_cut_off_by_a_reset_frees_the_lock_within_one_lease() {
     let server = RedisServer::start().unwrap();
     let proxy = FaultProxy::start(&server.addr()).unwrap();
-    let lease = Duration::from_secs(2);
+    // Long enough that only the background resend can free the lock in
+    // the time allowed below.
+    let lease = Duration::from_secs(30);
     let client = proxied(&proxy, lease).await;
     let other = common::client(&server, lease).await;
     let lock = client.lock("cut-release").unwrap();
@@ -53,13 +55,14 @@ async fn a_release_cut_off_by_a_reset_frees_the_lock_within_one_lease() {
     assert_eq!(client.tracked_lease_count(), 0);
     proxy.set_mode(FaultMode::Pass);
 
-    // Another client gets the lock within one lease (the background resend
-    // frees it as soon as Redis is reachable; the lease ends it otherwise).
+    // Another client gets the lock soon after Redis is reachable again:
+    // the release is resent in the background (without it the lock would
+    // stay until its 30 s lease ran out).
     let started = std::time::Instant::now();
     let got = other
         .lock("cut-release")
         .unwrap()
-        .try_lock_for(lease + Duration::from_millis(500))
+        .try_lock_for(Duration::from_secs(5))
         .await
         .unwrap();
     assert!(
@@ -110,7 +113,8 @@ async fn the_handle_works_again_after_a_reset_longer_than_the_lease() {
 async fn a_failed_reentrant_acquire_does_not_make_the_next_release_a_no_op() {
     let server = RedisServer::start().unwrap();
     let proxy = FaultProxy::start(&server.addr()).unwrap();
-    let client = proxied(&proxy, Duration::from_secs(5)).await;
+    // A lease far longer than the outage: the hold must survive it.
+    let client = proxied(&proxy, Duration::from_secs(30)).await;
     let lock = client.lock("reentry-under-reset").unwrap();
     let outer = lock.lock().await.unwrap();
 
@@ -167,4 +171,45 @@ async fn a_resent_release_of_a_lease_lost_before_it_was_sent_reports_not_held() 
         })
         .await
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_mid_call_keeps_the_owners_count_in_step() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let client = Client::builder(proxy.url())
+        .lease(Duration::from_secs(30))
+        .command_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock("cancelled-release").unwrap();
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+
+    // The inner release is slow on the wire and its caller gives up on it
+    // while it is in flight; it lands on the server anyway.
+    proxy.set_mode(FaultMode::Latency(Duration::from_millis(300)));
+    let releasing = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_millis(150), inner.release()).await
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Meanwhile the same owner re-enters through a clone: it queues for the
+    // owner's state behind the release, and must then see the count the
+    // server has (1 after the landed release), not a stale 2.
+    let clone = lock.clone();
+    let reentering = tokio::spawn(async move { clone.lock().await });
+    assert!(
+        releasing.await.unwrap().is_err(),
+        "the release was in flight"
+    );
+    let again = reentering
+        .await
+        .unwrap()
+        .expect("re-entry after a cancelled release");
+    proxy.set_mode(FaultMode::Pass);
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    again.release().await.unwrap();
+    outer.release().await.expect("the outer hold is still ours");
+    assert!(!lock.is_locked().await.unwrap());
 }

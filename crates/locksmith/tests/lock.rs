@@ -199,6 +199,15 @@ async fn bad_input_is_rejected_clearly() {
         .await
         .unwrap_err()
         .is_invalid_argument());
+    // Periods that would overflow clock arithmetic are refused, not a panic.
+    for builder in [
+        locksmith::Client::builder(server.url()).pubsub_ping_interval(Duration::MAX),
+        locksmith::Client::builder(server.url()).command_timeout(Duration::MAX),
+        locksmith::Client::builder(server.url()).connect_timeout(Duration::MAX),
+    ] {
+        let err = builder.build().await.unwrap_err();
+        assert!(err.is_invalid_argument(), "{err}");
+    }
     assert!(lock
         .try_lock_for(Duration::MAX)
         .await

@@ -19,7 +19,7 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn background_tasks_restart_on_the_next_runtime() {
     let server = RedisServer::start().unwrap();
-    let lease = Duration::from_millis(900);
+    let lease = Duration::from_secs(2);
     let first = runtime();
     let (client, holder) = first.block_on(async {
         let client = Client::builder(server.url())

@@ -22,11 +22,8 @@ use crate::renewal::Registration;
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    /// What to release; `None` once released.
+    /// What to release; `None` once handed to a release.
     holder: Option<Holder>,
-    /// A release call was started: if its future is dropped, the release
-    /// that Drop sends is a resend of it.
-    releasing: bool,
     /// Fencing token of this grant.
     token: u64,
     /// Local lease view, shared with the watchdog.
@@ -51,7 +48,6 @@ impl LockGuard {
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
         LockGuard {
             holder: Some(Holder::Reentrant(lock)),
-            releasing: false,
             token,
             lease,
         }
@@ -70,7 +66,6 @@ impl LockGuard {
                 token,
                 _registration: registration,
             }),
-            releasing: false,
             token: fencing,
         }
     }
@@ -124,33 +119,32 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped before it completes, the
-    /// guard's drop sends the release again in the background; the release
-    /// scripts recognize a resend, so the hold is released exactly once.
+    /// release is finished in the background, after the call in flight (if
+    /// any) has settled; the release scripts recognize a resend, so the
+    /// hold is released exactly once and the owner's hold count stays in
+    /// step with the server's.
     pub async fn release(mut self) -> Result<()> {
-        self.releasing = true;
-        let result = match &self.holder {
-            Some(holder) => holder.release(false).await,
+        match self.holder.take() {
+            Some(holder) => holder.release().await,
             None => Ok(()),
-        };
-        // Completed: nothing left for drop to do.
-        self.holder = None;
-        result
+        }
     }
 }
 
 impl Holder {
-    /// Releases the hold; `resend` when an earlier call of this release
-    /// may have landed.
-    async fn release(&self, resend: bool) -> Result<()> {
+    /// Releases the hold. Cancel safe (see [`LockGuard::release`]).
+    async fn release(self) -> Result<()> {
         match self {
-            Holder::Reentrant(lock) => lock.release_one(resend).await,
+            Holder::Reentrant(lock) => lock.release_one().await,
             Holder::Simple {
                 lock,
                 token,
                 _registration: registration,
             } => {
                 let lost_before = registration.state().is_lost();
-                lock.release_token(token, resend, lost_before).await
+                // The registration goes with this future: the lease is no
+                // longer renewed once the release has started.
+                lock.release_token_cancel_safe(token, lost_before).await
             }
         }
     }
@@ -161,11 +155,10 @@ impl Drop for LockGuard {
         let Some(holder) = self.holder.take() else {
             return;
         };
-        let resend = self.releasing;
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(e) = holder.release(resend).await {
+                    if let Err(e) = holder.release().await {
                         tracing::warn!(error = %e, "release of a dropped lock guard failed");
                     }
                 });

@@ -38,8 +38,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use std::time::Duration;
-
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -180,13 +178,20 @@ impl Handoffs {
         self.registry().streaks.remove(name);
     }
 
-    /// The lock `name` was freed for real because the streak limit was
-    /// reached while other clients wait: this client's waiters hold back
-    /// for `pause` so one of those gets it.
-    pub(super) fn yield_to_others(&self, name: &str, pause: Duration) {
-        self.registry()
-            .yields
-            .insert(name.to_owned(), Instant::now() + pause);
+    /// The lock `name` is (about to be) freed for real because the streak
+    /// limit was reached while other clients wait: this client's waiters
+    /// hold back until `until` so one of those gets it.
+    pub(super) fn yield_to_others(&self, name: &str, until: Instant) {
+        let mut registry = self.registry();
+        // Forget yields that are over, so the map does not grow per name.
+        let now = Instant::now();
+        registry.yields.retain(|_, t| *t > now);
+        registry.yields.insert(name.to_owned(), until);
+    }
+
+    /// The release did not free the lock after all: no yield.
+    pub(super) fn clear_yield(&self, name: &str) {
+        self.registry().yields.remove(name);
     }
 
     /// Until when an acquire of `name` from this client should hold back,
@@ -405,6 +410,7 @@ impl Offer {
                 state: hold,
                 expected_after: 1,
                 after: None,
+                until: Instant::now() + ticket.lock.lease(),
             });
         }
     }

@@ -35,6 +35,11 @@ use handoff::{Claim, Offer, TicketGuard};
 /// connection). Resending is safe because the scripts are idempotent.
 const ATTEMPTS: usize = 3;
 
+/// While a local release is handing the lock to a waiter, the waiter's
+/// fallback re-check comes no sooner than this (the outcome normally
+/// arrives through its ticket first).
+const OFFER_POLL: Duration = Duration::from_millis(20);
+
 /// Source of holder ids, unique within this process.
 static NEXT_HOLDER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -362,6 +367,7 @@ impl Lock {
         // slipped between the attempt and joining the queue.
         let mut recheck = seen.is_none() || hub.seq(channel) != seen;
         loop {
+            let mut offered = false;
             if let Some(guard) = ticket.take_granted() {
                 return Ok(Some(guard));
             }
@@ -370,7 +376,7 @@ impl Lock {
                     Claim::Granted(guard) => return Ok(Some(guard)),
                     // A local release is handing the lock to us: its outcome
                     // arrives through the ticket.
-                    Claim::Pending => {}
+                    Claim::Pending => offered = true,
                     Claim::Attempt => {
                         let result = self.attempt_unless_yielding(deadline).await;
                         ticket.reopen();
@@ -392,7 +398,14 @@ impl Lock {
                 return Ok(None);
             }
             // A lost message costs at most the holder's remaining lease.
-            let mut until = busy_until;
+            // While an offer is pending its outcome comes through the
+            // ticket within a round trip: a lease end already past must not
+            // turn the wait into a spin.
+            let mut until = if offered {
+                busy_until.max(now + OFFER_POLL)
+            } else {
+                busy_until
+            };
             if let Some(d) = deadline {
                 until = until.min(d);
             }
@@ -428,16 +441,31 @@ impl Lock {
                 tokio::time::sleep_until(until).await;
             }
         }
-        self.attempt().await
+        self.attempt(deadline).await
     }
 
     /// One acquire script call (resent on a lost reply), serialized with
-    /// this owner's other acquires and releases.
-    async fn attempt(&self) -> Result<Attempt> {
+    /// this owner's other acquires and releases. A release or rollback of
+    /// this owner may be settling in the background while Redis is
+    /// unreachable; with a `deadline`, the wait for it is bounded by the
+    /// deadline or by what one attempt may take anyway (its sends and
+    /// resends), whichever is later, and then the answer is busy.
+    async fn attempt(&self, deadline: Option<Instant>) -> Result<Attempt> {
         let lease = self.lease();
         let client = &self.shared.client;
         client.ensure_background();
-        let state = self.shared.state.clone().lock_owned().await;
+        let locking = self.shared.state.clone().lock_owned();
+        let state = match deadline {
+            None => locking.await,
+            Some(d) => {
+                let own = client.config().command_timeout * ATTEMPTS as u32;
+                let bound = d.max(Instant::now() + own);
+                match tokio::time::timeout_at(bound, locking).await {
+                    Ok(state) => state,
+                    Err(_) => return Ok(Attempt::Busy(Duration::ZERO)),
+                }
+            }
+        };
         let expected = state.count;
         // Armed before the call: if this future is dropped while the call
         // is in flight (or an error leaves its outcome unknown), the grant
@@ -448,6 +476,7 @@ impl Lock {
             expected_after: expected + 1,
             lease,
             after: None,
+            until: Instant::now() + lease,
         };
         let call = Call::new(
             2,
@@ -553,7 +582,10 @@ impl Lock {
         armed_at: Instant,
     ) -> Result<LockGuard> {
         let lease = self.lease();
-        if state.count == 0 {
+        // A count without a registration means a background task that
+        // owned the state ended early; the server just granted, so the hold
+        // is registered afresh rather than refused.
+        if state.count == 0 || state.registration.is_none() {
             state.token = u64::try_from(token).unwrap_or(0);
             state.registration = Some(self.shared.client.renewer().register(
                 Hold {
@@ -582,12 +614,16 @@ impl Lock {
         }
     }
 
-    /// Releases one hold of this owner (used by [`LockGuard`]). `resend`
-    /// when an earlier call of this release may have landed (its future
-    /// was dropped mid-call).
-    async fn release_one(&self, resend: bool) -> Result<()> {
+    /// Releases one hold of this owner (used by [`LockGuard`]).
+    ///
+    /// Cancel safe: dropped before it holds the owner's state, a release is
+    /// sent in the background; dropped after, the release in flight is
+    /// finished in the background (see [`InFlight`]).
+    async fn release_one(&self) -> Result<()> {
+        let mut pending = PendingRelease(Some(self.clone()));
         let state = self.shared.state.clone().lock_owned().await;
-        release_locked(&self.shared, state, self.lease(), true, resend).await
+        pending.0 = None;
+        release_locked(&self.shared, state, self.lease(), true, Instant::now()).await
     }
 }
 
@@ -621,6 +657,7 @@ fn forget(state: &mut HoldState) {
 }
 
 /// What the release script is asked to do, and what a resend must repeat.
+#[derive(Clone)]
 struct ReleaseCall {
     /// KEYS and ARGV of one request.
     call: Call,
@@ -661,8 +698,15 @@ impl ReleaseCall {
         }
     }
 
-    async fn send(&self, client: &Client) -> redis::RedisResult<(i64, i64)> {
-        client.release_batch().call(self.call.clone(), None).await
+    async fn send(
+        &self,
+        client: &Client,
+        tracker: Option<crate::batch::Tracker>,
+    ) -> redis::RedisResult<(i64, i64)> {
+        client
+            .release_batch()
+            .call(self.call.clone(), tracker)
+            .await
     }
 }
 
@@ -679,23 +723,92 @@ struct Sends {
     lost_before: bool,
 }
 
+/// A release started by a future that was dropped before it held the
+/// owner's state: the release is sent from a background task instead.
+struct PendingRelease(Option<Lock>);
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        let Some(lock) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let state = lock.shared.state.clone().lock_owned().await;
+            let result =
+                release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
+            tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
+        });
+    }
+}
+
+/// A release call on the wire, holding the owner's state. Resolved, it
+/// hands the state back; dropped unresolved (the releasing future was
+/// cancelled mid-call, or its runtime is ending), it finishes the release
+/// in the background ([`settle`]) once the call in flight has settled, so
+/// the owner's next call never sees a count the server no longer has.
+struct InFlight {
+    /// Whose release.
+    shared: Arc<Shared>,
+    /// The owner's state; `None` once resolved.
+    state: Option<OwnedMutexGuard<HoldState>>,
+    /// The same release without a successor: what a background resend
+    /// sends.
+    plain: ReleaseCall,
+    /// What was sent so far.
+    sends: Sends,
+    /// Settles once the latest send can no longer reach Redis.
+    after: Option<crate::batch::Tracked>,
+    /// End of the hold when the owner has no watchdog registration (the
+    /// rollback of a first grant): how long a background resend may try.
+    until: Instant,
+}
+
+impl InFlight {
+    /// The answer is in: take the owner's state back (disarms the drop).
+    fn resolve(&mut self) -> Option<OwnedMutexGuard<HoldState>> {
+        self.state.take()
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            let mut sends = self.sends;
+            sends.resent = true;
+            spawn_settle(
+                self.shared.clone(),
+                state,
+                self.plain.clone(),
+                sends,
+                self.after.take(),
+                self.until,
+            );
+        }
+    }
+}
+
 /// The release script, resent on a lost reply, with the owner's state
 /// locked. Updates the local state from the answer. With `handoff`, a
 /// final release grants the lock to a parked waiter of this client if
-/// there is one (see [`handoff`]). `resend` when an earlier call of the
-/// same release may have landed.
+/// there is one (see [`handoff`]). `until` bounds background resends when
+/// the owner has no watchdog registration.
 ///
-/// If no answer comes (Redis unreachable after the resends), the owner's
-/// state goes to a background task that keeps resending until Redis
-/// answers or the hold's lease is over (see [`settle`]); a final release
-/// stops the watchdog at once, so the lease runs out by itself even if
-/// Redis never answers again.
+/// If no answer comes (Redis unreachable after the resends), or the future
+/// is dropped mid-call, the owner's state goes to a background task that
+/// keeps resending until Redis answers or the hold's lease is over (see
+/// [`settle`]); a final release stops the watchdog at once, so the lease
+/// runs out by itself even if Redis never answers again. An error answer
+/// (Redis refused the script) gives the hold up locally: the watchdog stops
+/// and the lease runs out.
 async fn release_locked(
     shared: &Arc<Shared>,
-    mut state: OwnedMutexGuard<HoldState>,
+    state: OwnedMutexGuard<HoldState>,
     lease: Duration,
     handoff: bool,
-    resend: bool,
+    until: Instant,
 ) -> Result<()> {
     let expected = state.count;
     if expected == 0 {
@@ -714,67 +827,109 @@ async fn release_locked(
     } else {
         None
     };
+    let yielding = offer.as_ref().is_some_and(Offer::if_alone);
+    if yielding {
+        // Past the streak limit this release may free the lock for the
+        // other clients: hold this client's waiters back from before the
+        // release message can reach them (shortened once the answer is in).
+        client
+            .handoffs()
+            .yield_to_others(&shared.name, Instant::now() + YIELD_MAX);
+    }
     let call = ReleaseCall::new(shared, lease, expected, offer.as_ref());
     let first = Instant::now();
-    let mut resent = resend;
+    let mut flight = InFlight {
+        shared: shared.clone(),
+        state: Some(state),
+        plain: ReleaseCall::new(shared, lease, expected, None),
+        sends: Sends {
+            first,
+            answered: first,
+            resent: false,
+            lost_before,
+        },
+        after: None,
+        until,
+    };
     let mut attempt = 0;
-    let (status, value, answered) = loop {
+    let (status, value) = loop {
         attempt += 1;
-        let sent_at = Instant::now();
-        match call.send(client).await {
-            Ok((status, value)) => break (status, value, sent_at),
+        flight.sends.answered = Instant::now();
+        let (tracker, tracked) = crate::batch::tracker();
+        flight.after = Some(tracked);
+        match call.send(client, Some(tracker)).await {
+            Ok(reply) => break reply,
             Err(e) => {
                 let e = client.map_err(e, Some(&shared.name));
-                if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                let lost_reply = e.is_timeout() || e.is_connection_error();
+                if attempt < ATTEMPTS && lost_reply {
                     tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
-                    resent = true;
+                    flight.sends.resent = true;
                     continue;
                 }
                 // Dropping the offer tells the successor the outcome is
                 // unknown; its own idempotent attempt sorts it out.
                 drop(offer);
-                let sends = Sends {
-                    first,
-                    answered: sent_at,
-                    resent: resent || e.is_timeout() || e.is_connection_error(),
-                    lost_before,
-                };
-                let plain = ReleaseCall::new(shared, lease, expected, None);
-                spawn_settle(shared.clone(), state, plain, sends);
+                if yielding {
+                    client.handoffs().clear_yield(&shared.name);
+                }
+                if !lost_reply {
+                    // Redis refused the script: nothing was released, and
+                    // resending cannot help. Give the hold up locally.
+                    if let Some(mut state) = flight.resolve() {
+                        forget(&mut state);
+                    }
+                }
+                // Otherwise dropping the flight settles it in the
+                // background.
                 return Err(e);
             }
         }
     };
-    let sends = Sends {
-        first,
-        answered,
-        resent,
-        lost_before,
+    let Some(mut state) = flight.resolve() else {
+        return Err(Error::NotHeld {
+            name: shared.name.to_string(),
+        });
     };
+    let sends = flight.sends;
+    if yielding {
+        if status == 1 {
+            // Freed for real at the streak limit because other clients
+            // wait: give their woken waiter about two round trips.
+            let pause = (sends.answered.elapsed() * 2).clamp(Duration::from_millis(1), YIELD_MAX);
+            client
+                .handoffs()
+                .yield_to_others(&shared.name, sends.answered + pause);
+        } else {
+            client.handoffs().clear_yield(&shared.name);
+        }
+    }
     match (status, offer.take()) {
         (3, Some(offer)) => {
             state.count = 0;
             state.registration = None;
             // The successor's lease was set by the send that handed off:
-            // this one, or (after a resend) at the latest the first.
-            offer.complete(value, if resent { first } else { answered });
+            // the last one, or (after a resend) at the latest the first.
+            offer.complete(
+                value,
+                if sends.resent {
+                    sends.first
+                } else {
+                    sends.answered
+                },
+            );
             metrics::counter!("locksmith_lock_handoffs_total").increment(1);
             return Ok(());
         }
-        (_, Some(offer)) => {
-            if status == 1 && offer.if_alone() {
-                // Freed for real at the streak limit because other clients
-                // wait: give their woken waiter about two round trips.
-                let pause = (answered.elapsed() * 2)
-                    .clamp(Duration::from_millis(1), Duration::from_millis(50));
-                client.handoffs().yield_to_others(&shared.name, pause);
-            }
-            offer.decline(false);
-        }
+        (_, Some(offer)) => offer.decline(false),
         (_, None) => {}
     }
     apply_release(shared, &mut state, &call, status, value, sends)
 }
+
+/// The longest this client's waiters hold back after a release forced by
+/// the hand-off streak limit.
+const YIELD_MAX: Duration = Duration::from_millis(50);
 
 /// Applies a release answer to the owner's state.
 fn apply_release(
@@ -824,7 +979,6 @@ fn apply_release(
             Ok(())
         }
         _ => {
-            shared.client.handoffs().freed(&shared.name);
             forget(state);
             Err(not_held())
         }
@@ -832,19 +986,21 @@ fn apply_release(
 }
 
 /// Hands a release whose outcome is unknown to a background task (see
-/// [`settle`]).
+/// [`settle`]), started once `after` (the call in flight) has settled.
+/// `until` is the end of the hold if the owner has no registration.
 fn spawn_settle(
     shared: Arc<Shared>,
     mut state: OwnedMutexGuard<HoldState>,
     call: ReleaseCall,
     sends: Sends,
+    after: Option<crate::batch::Tracked>,
+    until: Instant,
 ) {
     // Until the deadline of the hold the lease may still be on the server.
     let deadline = state
         .registration
         .as_ref()
-        .map(|reg| reg.state().deadline())
-        .unwrap_or_else(Instant::now);
+        .map_or(until, |reg| reg.state().deadline());
     if call.expected == 1 {
         // The owner let go: stop renewing at once, so the lease runs out by
         // itself whatever becomes of the resends.
@@ -854,7 +1010,26 @@ fn spawn_settle(
         forget(&mut state);
         return;
     };
-    runtime.spawn(settle(shared, state, call, sends, deadline));
+    let settling = Settling(Some(state));
+    runtime.spawn(async move {
+        if let Some(after) = after {
+            after.settled().await;
+        }
+        settle(shared, settling, call, sends, deadline).await;
+    });
+}
+
+/// The owner's state held by a background task. If the task is dropped
+/// before it finishes (its runtime ended), the hold is forgotten rather
+/// than left with a count the server may not have.
+struct Settling(Option<OwnedMutexGuard<HoldState>>);
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if let Some(mut state) = self.0.take() {
+            forget(&mut state);
+        }
+    }
 }
 
 /// Resends a release whose answer never came until Redis answers, keeping
@@ -863,17 +1038,22 @@ fn spawn_settle(
 ///
 /// Gives up when the hold is over: for a final release at the lease's
 /// local deadline (the lease runs out on the server right after), for an
-/// inner one when the remaining hold is lost. The owner's state is then
-/// reset to nothing held, so the handle works again afterwards.
+/// inner one when the remaining hold is lost; also when Redis answers with
+/// an error (it refused the script: resending cannot help). The owner's
+/// state is then reset to nothing held, so the handle works again
+/// afterwards.
 async fn settle(
     shared: Arc<Shared>,
-    mut state: OwnedMutexGuard<HoldState>,
+    mut settling: Settling,
     call: ReleaseCall,
     mut sends: Sends,
     deadline: Instant,
 ) {
     let mut backoff = Duration::from_millis(20);
     loop {
+        let Some(state) = settling.0.as_mut() else {
+            return;
+        };
         let over = if call.expected == 1 {
             Instant::now() >= deadline
         } else {
@@ -884,27 +1064,26 @@ async fn settle(
         };
         if over {
             tracing::warn!(lock = %shared.name, "release not confirmed before the lease ended; the lease runs out by itself");
-            forget(&mut state);
-            return;
+            return; // Settling's drop forgets the hold.
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff = (backoff * 2).min(Duration::from_millis(250));
         sends.answered = Instant::now();
-        match call.send(&shared.client).await {
+        match call.send(&shared.client, None).await {
             Ok((status, value)) => {
-                sends.resent = true;
+                let Some(mut state) = settling.0.take() else {
+                    return;
+                };
                 let result = apply_release(&shared, &mut state, &call, status, value, sends);
                 tracing::debug!(lock = %shared.name, ?result, "release settled in the background");
                 return;
             }
             Err(e) => {
                 let e = shared.client.map_err(e, Some(&shared.name));
-                if e.kind() == crate::ErrorKind::WrongType {
-                    // The key is no lock hash any more: the hold is gone.
-                    forget(&mut state);
-                    return;
+                if !(e.is_timeout() || e.is_connection_error()) {
+                    tracing::warn!(lock = %shared.name, error = %e, "Redis refused a release; the lease runs out by itself");
+                    return; // Settling's drop forgets the hold.
                 }
-                sends.resent = true;
             }
         }
     }
@@ -927,6 +1106,9 @@ struct Rollback {
     /// Redis; the undo is sent only then, so it cannot be overtaken by the
     /// grant it undoes.
     after: Option<crate::batch::Tracked>,
+    /// When a grant that landed would expire at the latest: how long the
+    /// undo may keep trying if Redis does not answer.
+    until: Instant,
 }
 
 impl Drop for Rollback {
@@ -935,21 +1117,29 @@ impl Drop for Rollback {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            forget(&mut state);
             return;
         };
         let shared = self.shared.clone();
         let expected_after = self.expected_after;
         let lease = self.lease;
         let after = self.after.take();
+        let until = self.until;
+        // Held by the task; if the task is dropped before the undo is sent
+        // (its runtime ended), the hold is forgotten, not left half-known.
+        let mut settling = Settling(Some(state));
         runtime.spawn(async move {
             if let Some(after) = after {
                 after.settled().await;
             }
+            let Some(mut state) = settling.0.take() else {
+                return;
+            };
             // The release script with the post-grant count undoes a grant
             // that landed and answers "nothing changed" for one that did
             // not; either way it leaves the local count at the server's.
             state.count = expected_after;
-            let result = release_locked(&shared, state, lease, false, false).await;
+            let result = release_locked(&shared, state, lease, false, until).await;
             tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
         });
     }

@@ -260,6 +260,24 @@ impl SimpleLock {
         )))
     }
 
+    /// [`SimpleLock::release_token`], finished in the background if the
+    /// future is dropped mid-call (the compare-and-delete is safe to
+    /// resend: it only ever deletes this token's lock).
+    pub(crate) async fn release_token_cancel_safe(
+        &self,
+        token: String,
+        lost_before: bool,
+    ) -> Result<()> {
+        let mut pending = PendingRelease {
+            lock: Some(self.clone()),
+            token,
+            lost_before,
+        };
+        let result = self.release_token(&pending.token, false, lost_before).await;
+        pending.lock = None;
+        result
+    }
+
     /// Compare-and-delete with `token` (used by [`LockGuard`]). `resend`
     /// when an earlier call may have landed; `lost_before` when the lease
     /// was known lost before this release started (then "not ours" after a
@@ -302,6 +320,32 @@ impl SimpleLock {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// A compare-and-delete whose future was dropped: sent again in the
+/// background (as a resend: the first send may have landed).
+struct PendingRelease {
+    /// `Some` while armed.
+    lock: Option<SimpleLock>,
+    /// The hold's token.
+    token: String,
+    /// The lease was lost before the release started.
+    lost_before: bool,
+}
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        let Some(lock) = self.lock.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let token = std::mem::take(&mut self.token);
+            let lost_before = self.lost_before;
+            runtime.spawn(async move {
+                let _ = lock.release_token(&token, true, lost_before).await;
+            });
         }
     }
 }
