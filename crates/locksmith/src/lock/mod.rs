@@ -202,11 +202,17 @@ impl Lock {
 
     /// Tries once; `None` when someone else holds the lock.
     ///
+    /// It does not wait for other holders. It may wait for this owner's own
+    /// release that is still being resent in the background after Redis
+    /// stopped answering (see docs/locks.md, "Lost replies"), at most as
+    /// long as one attempt may take (three sends of the command timeout);
+    /// then it answers `None`.
+    ///
     /// # Errors
     /// As for [`Lock::lock`].
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`]. It never waits, so only two parts
+    /// Cancel safe, as [`Lock::lock`]. It does not queue, so only two parts
     /// apply: a request not yet sent is withdrawn, and a sent acquire whose
     /// reply was not read is undone in the background after that call settled.
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
@@ -214,7 +220,9 @@ impl Lock {
     }
 
     /// Waits at most `wait`; `None` when the lock could not be acquired in
-    /// time.
+    /// time. (A wait shorter than one attempt's own time is stretched to
+    /// it only while this owner's own release settles in the background,
+    /// as for [`Lock::try_lock`].)
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
