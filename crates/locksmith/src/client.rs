@@ -356,10 +356,10 @@ impl Client {
         &self.inner.hub
     }
 
-    /// The watchdog of this client. Restarts its task first if the runtime
-    /// it ran on has ended.
+    /// The watchdog of this client. (Registering a hold restarts its task
+    /// if the runtime it ran on has ended; see also
+    /// [`Client::ensure_background`].)
     pub(crate) fn renewer(&self) -> &Renewer {
-        self.inner.renewer.ensure_running();
         &self.inner.renewer
     }
 
