@@ -8,7 +8,7 @@
 //! second before the loss can repeat. The database's primary key rejects
 //! such a repeat instead of overwriting an order.
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 
 use crate::keys;
 
@@ -33,7 +33,7 @@ pub fn split(id: i64) -> (i64, i64) {
 /// # Errors
 /// Redis errors; an exhausted daily sequence (2^32 orders in one day) is
 /// reported as a Redis error too.
-pub async fn next(conn: &mut ConnectionManager) -> redis::RedisResult<i64> {
+pub async fn next(conn: &mut (impl ConnectionLike + Send)) -> redis::RedisResult<i64> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

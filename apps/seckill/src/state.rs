@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use redis::aio::ConnectionManager;
+use locksmith::Connection;
 
 use crate::config::Config;
 use crate::db::{Db, Voucher};
@@ -107,7 +107,7 @@ impl AppState {
     }
 
     /// A handle on the shared multiplexed Redis connection.
-    pub fn redis(&self) -> ConnectionManager {
+    pub fn redis(&self) -> Connection {
         self.inner.locks.connection()
     }
 

@@ -18,9 +18,12 @@
 //! by themselves, and a lone request never waits for company.
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
-//! a single Redis or behind Sentinel; a Redis Cluster client must batch per
-//! hash slot (a script's keys must share one), which this module leaves to
-//! a per-slot `Batcher`.
+//! a single Redis or behind Sentinel. On a Redis Cluster a script's keys
+//! must also share one hash slot, so a [`Batcher`] keeps one queue per slot
+//! (created on first use) and a call only ever carries requests of one
+//! slot. A call answered `MOVED` or `ASK` (the slot moved mid-batch) is
+//! resent to the new owner by the cluster connection; the scripts are
+//! idempotent per request, so a resend never applies a request twice.
 //!
 //! Semantics per request are those of the one-request script: the script
 //! runs atomically, each request is evaluated in queue order, and a call
@@ -35,11 +38,14 @@
 //! or failed, or it was dropped unsent), so the undo is never overtaken by
 //! the request it undoes.
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use redis::aio::ConnectionManager;
+use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, RedisResult, Script, Value};
 use tokio::sync::oneshot;
+
+use crate::topology::Conn;
 
 /// Calls one batcher keeps outstanding before it holds requests back to
 /// grow the next batch.
@@ -93,6 +99,16 @@ impl Call {
         &self.parts[..self.keys]
     }
 
+    /// The first key, which decides the request's slot (all of its keys
+    /// share it).
+    fn first_key(&self) -> &str {
+        match self.parts.first() {
+            Some(Arg::Text(text)) => text,
+            Some(Arg::Static(text)) => text,
+            _ => "",
+        }
+    }
+
     fn args(&self) -> &[Arg] {
         &self.parts[self.keys..]
     }
@@ -138,10 +154,14 @@ struct Queue {
     in_flight: usize,
 }
 
-/// Coalesces calls of one batch script.
+/// Coalesces calls of one batch script: one queue for a single server or
+/// Sentinel, one per hash slot on a cluster.
 pub(crate) struct Batcher {
-    /// What calls need; shared with spawned senders.
+    /// The queue of a non-cluster connection (and the template per-slot
+    /// queues are made from).
     shared: Arc<Shared>,
+    /// Per-slot queues on a cluster; `None` elsewhere.
+    slots: Option<Mutex<HashMap<Slot, Arc<Shared>>>>,
 }
 
 /// The parts of a [`Batcher`] that outlive a caller.
@@ -149,7 +169,7 @@ struct Shared {
     /// The batch script.
     script: &'static LazyLock<Script>,
     /// The connection calls go out on (shared with the client).
-    conn: ConnectionManager,
+    conn: Conn,
     /// Waiting requests and outstanding calls.
     queue: Mutex<Queue>,
 }
@@ -166,14 +186,36 @@ impl std::fmt::Debug for Batcher {
 
 impl Batcher {
     /// A batcher for `script`, sending on `conn`.
-    pub(crate) fn new(script: &'static LazyLock<Script>, conn: ConnectionManager) -> Self {
+    pub(crate) fn new(script: &'static LazyLock<Script>, conn: Conn) -> Self {
+        let slots = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
         Batcher {
             shared: Arc::new(Shared {
                 script,
                 conn,
                 queue: Mutex::new(Queue::default()),
             }),
+            slots,
         }
+    }
+
+    /// The queue `call` belongs in: its slot's on a cluster.
+    fn queue_for(&self, call: &Call) -> Arc<Shared> {
+        let Some(slots) = &self.slots else {
+            return self.shared.clone();
+        };
+        let slot = Slot::for_key(call.first_key());
+        slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(slot)
+            .or_insert_with(|| {
+                Arc::new(Shared {
+                    script: self.shared.script,
+                    conn: self.shared.conn.clone(),
+                    queue: Mutex::new(Queue::default()),
+                })
+            })
+            .clone()
     }
 
     /// Queues one request and waits for its reply. The reply is the
@@ -189,8 +231,9 @@ impl Batcher {
         tracker: Option<Tracker>,
     ) -> RedisResult<T> {
         let (reply, answer) = oneshot::channel();
+        let shared = self.queue_for(&call);
         let batch = {
-            let mut queue = self.shared.lock();
+            let mut queue = shared.lock();
             queue.pending.push(Request {
                 call,
                 reply,
@@ -204,14 +247,13 @@ impl Batcher {
             }
         };
         if let Some(batch) = batch {
-            let slot = Slot(self.shared.clone());
+            let slot = Outstanding(shared.clone());
             if batch.len() == 1 {
                 // Only our own request: send it from this task. If this
                 // future is dropped mid-call, only our reply is lost.
-                self.shared.send(batch).await;
+                shared.send(batch).await;
                 drop(slot);
             } else {
-                let shared = self.shared.clone();
                 tokio::spawn(async move {
                     shared.send(batch).await;
                     drop(slot);
@@ -258,9 +300,9 @@ fn take_batch(pending: &mut Vec<Request>) -> Vec<Request> {
 
 /// An outstanding call. Dropping it (the call completed, or its sender was
 /// cancelled) frees its place and sends whatever queued meanwhile.
-struct Slot(Arc<Shared>);
+struct Outstanding(Arc<Shared>);
 
-impl Drop for Slot {
+impl Drop for Outstanding {
     fn drop(&mut self) {
         let batch = {
             let mut queue = self.0.lock();
@@ -272,7 +314,7 @@ impl Drop for Slot {
             queue.in_flight += 1;
             batch
         };
-        let slot = Slot(self.0.clone());
+        let slot = Outstanding(self.0.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let shared = self.0.clone();

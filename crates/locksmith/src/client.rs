@@ -1,15 +1,17 @@
 //! [`Client`]: the connection to Redis that every primitive is made from.
 //!
 //! One `Client` owns one multiplexed command connection (shared by all clones
-//! and all primitives made from it), a client UUID that names its lock owners
-//! the way Redisson does, and the defaults primitives start from.
+//! and all primitives made from it) to a single server, the primary of a
+//! Sentinel group, or a Redis Cluster (see `topology.rs`), a client UUID
+//! that names its lock owners the way Redisson does, and the defaults
+//! primitives start from.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 use uuid::Uuid;
 
 use crate::batch::Batcher;
@@ -18,6 +20,8 @@ use crate::lock::Handoffs;
 use crate::notify::{HubTimeouts, NotifyHub};
 use crate::renewal::Renewer;
 use crate::scripts;
+use crate::subscriber::Source;
+use crate::topology::{self, Address, Conn, Timing};
 
 /// The longest timeout or check period a client accepts: a day. Longer
 /// values are mistakes (and would overflow clock arithmetic).
@@ -44,6 +48,9 @@ pub(crate) struct Config {
     /// half-open connection is replaced instead of silently delivering
     /// nothing.
     pub(crate) pubsub_ping_interval: Duration,
+    /// How releases are announced on a cluster; `None` picks what Redisson
+    /// does (sharded on Redis 7+, classic before).
+    pub(crate) cluster_notify: Option<NotifyMode>,
 }
 
 impl Default for Config {
@@ -55,16 +62,25 @@ impl Default for Config {
             max_name_len: ClientBuilder::DEFAULT_MAX_NAME_LEN,
             max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
             pubsub_ping_interval: ClientBuilder::DEFAULT_PUBSUB_PING_INTERVAL,
+            cluster_notify: None,
         }
     }
 }
 
 /// Builds a [`Client`] with non-default options.
 ///
+/// The URL names the deployment:
+///
+/// | form | deployment |
+/// |---|---|
+/// | `redis://[[user]:pass@]host[:port][/db]` | one server |
+/// | `redis+sentinel://[[user]:pass@]host:port[,host:port…]/service[/db]` | the primary that these Sentinels name for `service`, followed across failovers (credentials are for the data nodes) |
+/// | `redis+cluster://[[user]:pass@]host:port[,host:port…]` | a Redis Cluster, from these seed nodes |
+///
 /// ```no_run
 /// # async fn demo() -> locksmith::Result<()> {
 /// use std::time::Duration;
-/// let client = locksmith::Client::builder("redis://127.0.0.1:6379")
+/// let client = locksmith::Client::builder("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")
 ///     .connect_timeout(Duration::from_secs(2))
 ///     .command_timeout(Duration::from_secs(1))
 ///     .build()
@@ -94,7 +110,7 @@ impl ClientBuilder {
     /// Default health-check period of the pub/sub connection: 5 seconds.
     pub const DEFAULT_PUBSUB_PING_INTERVAL: Duration = Duration::from_secs(5);
 
-    /// Starts a builder for the Redis server at `url` (`redis://host:port/db`).
+    /// Starts a builder for the deployment at `url` (see the table above).
     pub fn new(url: impl Into<String>) -> Self {
         ClientBuilder {
             url: url.into(),
@@ -157,14 +173,30 @@ impl ClientBuilder {
         self
     }
 
+    /// How lock releases are announced on a Redis Cluster (default: what
+    /// Redisson does there: [`NotifyMode::Sharded`] on Redis 7 and later,
+    /// [`NotifyMode::Classic`] before). Use [`NotifyMode::Classic`] to share
+    /// locks with clients that only know `SUBSCRIBE` (node-redisson, for
+    /// one), and [`NotifyMode::Both`] for a fleet that mixes both kinds.
+    /// Ignored on a single server and behind Sentinel, where notifications
+    /// are always classic, as in Redisson.
+    pub fn cluster_notify(mut self, mode: NotifyMode) -> Self {
+        self.config.cluster_notify = Some(mode);
+        self
+    }
+
     /// Validates the options and connects.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a malformed URL, a zero timeout or
-    /// ping interval (or one over a day), or a lease too short to hold anything (see
-    /// [`Lock::with_lease`](crate::Lock::with_lease)); [`Error::Connect`]
-    /// or [`Error::Timeout`] when the server cannot be reached in time (the
-    /// message names the address).
+    /// ping interval (or one over a day), a lease too short to hold anything (see
+    /// [`Lock::with_lease`](crate::Lock::with_lease)), a URL whose form does
+    /// not match the deployment (a cluster node given as `redis://`, a
+    /// standalone server given as `redis+cluster://`), a cluster whose slots
+    /// are not all served, or sharded notifications on a server older than
+    /// Redis 7; [`Error::Connect`] or [`Error::Timeout`] when the deployment
+    /// cannot be reached in time (the message names the address, and for
+    /// Sentinel says to check the addresses and the service name).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future closes the connection being opened;
@@ -194,42 +226,51 @@ impl ClientBuilder {
         if config.max_name_len == 0 {
             return Err(Error::invalid("max_name_len must be greater than zero"));
         }
-        let info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("bad Redis URL {:?}: {e}", self.url)))?;
-        let addr = info.addr().to_string();
-        let redis = redis::Client::open(info)
-            .map_err(|e| Error::invalid(format!("bad Redis URL {:?}: {e}", self.url)))?;
-
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        // The manager retries internally; bound the whole first attempt so
-        // an unreachable address fails within about one connect timeout.
-        let connecting = ConnectionManager::new_with_config(redis.clone(), manager_config);
-        let conn = match tokio::time::timeout(config.connect_timeout * 2, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(source)) => return Err(Error::Connect { addr, source }),
-            Err(_) => {
-                return Err(Error::Connect {
-                    source: redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no connection within {:?}", config.connect_timeout * 2),
-                    )),
-                    addr,
-                })
+        let address = Address::parse(&self.url)?;
+        let timing = Timing {
+            connect: config.connect_timeout,
+            command: config.command_timeout,
+        };
+        let conn = topology::connect(&address, timing)
+            .await
+            .map_err(|e| explain_connect(&address, e))?;
+        check_deployment(&address, &conn).await?;
+        let notify = match &address {
+            Address::Cluster { .. } => {
+                let version = server_major_version(&conn).await?;
+                match config.cluster_notify {
+                    Some(NotifyMode::Classic) => NotifyMode::Classic,
+                    Some(mode) if version < 7 => {
+                        return Err(Error::invalid(format!(
+                            "{mode:?} notifications need sharded pub/sub (Redis 7 or later); this cluster runs Redis {version}: use NotifyMode::Classic"
+                        )))
+                    }
+                    Some(mode) => mode,
+                    None if version >= 7 => NotifyMode::Sharded,
+                    None => NotifyMode::Classic,
+                }
             }
+            _ => NotifyMode::Classic,
+        };
+        let source = match (&address, &conn) {
+            (Address::Single(url), _) => Source::Single(
+                redis::Client::open(url.as_str())
+                    .map_err(|e| Error::invalid(format!("bad Redis URL {url:?}: {e}")))?,
+            ),
+            (_, Conn::Sentinel(sentinel)) => Source::Sentinel(sentinel.clone()),
+            (Address::Cluster { seeds }, _) => Source::Cluster {
+                seeds: seeds.clone(),
+                timing,
+                mode: notify,
+            },
+            _ => return Err(Error::invalid("URL and connection disagree")),
         };
         Ok(Client {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),
-                addr,
+                addr: address.describe(),
                 hub: NotifyHub::new(
-                    redis,
+                    source,
                     HubTimeouts {
                         connect: config.connect_timeout,
                         command: config.command_timeout,
@@ -240,11 +281,157 @@ impl ClientBuilder {
                 acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone()),
                 release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone()),
                 handoffs: Handoffs::new(config.max_local_handoffs),
+                topology: match conn {
+                    Conn::Single(_) => Topology::Single,
+                    Conn::Sentinel(_) => Topology::Sentinel,
+                    Conn::Cluster(_) => Topology::Cluster,
+                },
+                notify,
                 conn,
                 config,
             }),
         })
     }
+}
+
+/// How lock releases are announced on a Redis Cluster; see
+/// [`ClientBuilder::cluster_notify`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotifyMode {
+    /// `PUBLISH` / `SUBSCRIBE`: every node relays every message over the
+    /// cluster bus. What clients without sharded pub/sub use.
+    Classic,
+    /// `SPUBLISH` / `SSUBSCRIBE` (Redis 7+): a message stays on the shard
+    /// that owns the lock's slot. What Redisson uses on a cluster.
+    Sharded,
+    /// Both: releases are published both ways and waiters listen both
+    /// ways, so Redisson and classic-only clients share locks with us and
+    /// with each other. Costs one more publish per release.
+    Both,
+}
+
+impl NotifyMode {
+    /// Whether classic pub/sub is used.
+    pub(crate) fn classic(self) -> bool {
+        matches!(self, NotifyMode::Classic | NotifyMode::Both)
+    }
+
+    /// Whether sharded pub/sub is used.
+    pub(crate) fn sharded(self) -> bool {
+        matches!(self, NotifyMode::Sharded | NotifyMode::Both)
+    }
+
+    /// The code the scripts take: `p` publish, `s` spublish, `b` both.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            NotifyMode::Classic => "p",
+            NotifyMode::Sharded => "s",
+            NotifyMode::Both => "b",
+        }
+    }
+}
+
+/// The kind of deployment a [`Client`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One server (`redis://`).
+    Single,
+    /// The primary of a Sentinel-managed group (`redis+sentinel://`).
+    Sentinel,
+    /// A Redis Cluster (`redis+cluster://`).
+    Cluster,
+}
+
+/// Turns a failed first connection into an error that says what to fix.
+fn explain_connect(address: &Address, err: Error) -> Error {
+    let Error::Connect { addr, source } = err else {
+        return err;
+    };
+    let text = source.to_string();
+    if matches!(address, Address::Cluster { .. })
+        && (text.contains("cluster support disabled") || text.contains("ERR This instance"))
+    {
+        return Error::invalid(format!(
+            "{addr} is a standalone server, not a cluster node: use redis://host:port for it"
+        ));
+    }
+    Error::Connect { addr, source }
+}
+
+/// Checks that the deployment is what the URL says and is usable: a
+/// `redis://` URL must not point at a cluster node (every command would be
+/// redirected), and a cluster must serve all of its slots.
+async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
+    let describe = address.describe();
+    let mut conn = conn.clone();
+    let info = |text: &str, field: &str| -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    match address {
+        Address::Cluster { .. } => {
+            let text: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: describe.clone(),
+                    source,
+                })?;
+            let assigned = info(&text, "cluster_slots_assigned").unwrap_or_default();
+            let state = info(&text, "cluster_state").unwrap_or_default();
+            if assigned != "16384" || state != "ok" {
+                return Err(Error::invalid(format!(
+                    "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
+                )));
+            }
+        }
+        _ => {
+            let text: String = redis::cmd("INFO")
+                .arg("cluster")
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: describe.clone(),
+                    source,
+                })?;
+            if info(&text, "cluster_enabled").as_deref() == Some("1") {
+                return Err(Error::invalid(format!(
+                    "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The text of an `INFO` reply; on a cluster, where redis-rs asks every
+/// primary and answers with a map by node, the first node's.
+fn info_text(reply: Value) -> String {
+    let value = match reply {
+        Value::Map(mut nodes) if !nodes.is_empty() => nodes.swap_remove(0).1,
+        other => other,
+    };
+    redis::from_redis_value::<String>(value).unwrap_or_default()
+}
+
+/// The major version of the server `conn` reaches (a random node on a
+/// cluster; the nodes of one cluster run one version).
+async fn server_major_version(conn: &Conn) -> Result<u32> {
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    Ok(info_text(reply)
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok())
+        .unwrap_or(0))
 }
 
 /// A handle to one Redis deployment; cheap to clone, all clones share the
@@ -267,8 +454,13 @@ struct Inner {
     /// Names this client's lock owners (`<uuid>:<holder-id>`), like
     /// Redisson's per-client UUID.
     id: Uuid,
-    /// `host:port` of the server, for error messages and diagnostics.
+    /// The deployment's address as the caller gave it (`host:port`, or
+    /// which Sentinels or cluster seeds), for errors and diagnostics.
     addr: String,
+    /// What kind of deployment this is.
+    topology: Topology,
+    /// How releases are announced (always classic off a cluster).
+    notify: NotifyMode,
     /// The dedicated pub/sub connection and its waiters.
     hub: NotifyHub,
     /// The watchdog renewing this client's leases.
@@ -280,8 +472,8 @@ struct Inner {
     /// Waiters parked for local hand-off, by lock name.
     handoffs: Handoffs,
     /// The shared multiplexed connection; reconnects on its own after a
-    /// failure.
-    conn: ConnectionManager,
+    /// failure (and follows failovers and slot moves, see `topology.rs`).
+    conn: Conn,
     /// Defaults and limits.
     config: Config,
 }
@@ -317,14 +509,43 @@ impl Client {
         self.inner.id
     }
 
-    /// The `host:port` this client talks to.
+    /// The deployment this client talks to: `host:port` of a single
+    /// server, or which Sentinels and service, or which cluster seeds.
     pub fn addr(&self) -> &str {
         &self.inner.addr
     }
 
+    /// Whether this client talks to one server, a Sentinel-managed primary
+    /// or a cluster.
+    pub fn topology(&self) -> Topology {
+        self.inner.topology
+    }
+
+    /// How this client announces releases (on a cluster, see
+    /// [`ClientBuilder::cluster_notify`]; classic elsewhere).
+    pub fn notify_mode(&self) -> NotifyMode {
+        self.inner.notify
+    }
+
     /// A clone of the shared multiplexed connection, for commands of the
-    /// caller's own (it reconnects by itself after failures).
-    pub fn connection(&self) -> ConnectionManager {
+    /// caller's own: it reconnects by itself after failures, follows a
+    /// Sentinel failover, and routes by key on a cluster.
+    pub fn connection(&self) -> Connection {
+        Connection(self.inner.conn.clone())
+    }
+
+    /// Checks a primitive's name: not empty, within the length limit, and
+    /// on a cluster free of broken hash tags.
+    pub(crate) fn check_name(&self, name: &str) -> Result<()> {
+        crate::validate::name(name, self.inner.config.max_name_len)?;
+        if self.inner.topology == Topology::Cluster {
+            crate::validate::cluster_name(name)?;
+        }
+        Ok(())
+    }
+
+    /// The shared connection, for the library's own commands.
+    pub(crate) fn conn(&self) -> Conn {
         self.inner.conn.clone()
     }
 
@@ -338,7 +559,7 @@ impl Client {
     /// Cancel safe: `PING` changes nothing.
     pub async fn ping(&self) -> Result<Duration> {
         let started = std::time::Instant::now();
-        let mut conn = self.connection();
+        let mut conn = self.conn();
         let _: String = redis::cmd("PING")
             .query_async(&mut conn)
             .await
@@ -416,7 +637,7 @@ impl Client {
         invocation: &ScriptInvocation<'_>,
         key: &str,
     ) -> Result<T> {
-        let mut conn = self.connection();
+        let mut conn = self.conn();
         invocation
             .invoke_async(&mut conn)
             .await
@@ -433,5 +654,31 @@ impl Client {
             Some(key) => Error::from_redis_for_key(err, key),
             None => Error::Redis(err),
         }
+    }
+}
+
+/// The shared command connection of a [`Client`], for commands of your own
+/// (`redis::cmd(...).query_async(&mut conn)`). Cheap to clone: clones share
+/// one multiplexed connection. On a cluster a command goes to the node that
+/// owns its first key; behind Sentinel, to the current primary.
+#[derive(Clone, Debug)]
+pub struct Connection(Conn);
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
     }
 }

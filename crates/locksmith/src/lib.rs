@@ -11,7 +11,11 @@
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
 //!   [`SimpleLock`], the `SET NX PX` lock.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
-//! - `notify.rs`: one pub/sub connection per client, waiter queues.
+//! - `topology.rs`: the command connection for a single server, a
+//!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
+//! - `notify.rs`: one pub/sub connection per client, waiter queues;
+//!   `subscriber.rs`: that connection on each topology (classic or sharded
+//!   pub/sub).
 //! - `renewal.rs`: the watchdog, one batched renewal task per client.
 //! - `keys.rs`: Redisson-compatible key and channel names.
 //! - `scripts/`: the Lua scripts, KEYS/ARGV contract at the top of each.
@@ -27,10 +31,12 @@ mod lock;
 mod notify;
 mod renewal;
 mod scripts;
+mod subscriber;
 mod task;
+mod topology;
 mod validate;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
 pub use lease::LostSignal;
 pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};

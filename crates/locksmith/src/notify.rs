@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use crate::subscriber::{Event, Source, Subscriber};
 use crate::task::TaskSlot;
 
 /// A waiter's mailbox.
@@ -158,8 +158,8 @@ pub(crate) struct HubTimeouts {
 pub(crate) struct NotifyHub {
     /// Waiter registry, shared with the task and the waiters.
     shared: Arc<Shared>,
-    /// Opens the dedicated pub/sub connection (and re-opens it).
-    redis: redis::Client,
+    /// Where the dedicated pub/sub connection goes (and is re-opened).
+    source: Source,
     /// Connect, command and health-check timing.
     timeouts: HubTimeouts,
     /// The connection task; restarted on the current runtime if the one
@@ -168,11 +168,11 @@ pub(crate) struct NotifyHub {
 }
 
 impl NotifyHub {
-    /// A hub that will connect with `redis`.
-    pub(crate) fn new(redis: redis::Client, timeouts: HubTimeouts) -> Self {
+    /// A hub that will connect to `source`.
+    pub(crate) fn new(source: Source, timeouts: HubTimeouts) -> Self {
         NotifyHub {
             shared: Arc::new(Shared::default()),
-            redis,
+            source,
             timeouts,
             task: TaskSlot::default(),
         }
@@ -188,7 +188,7 @@ impl NotifyHub {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(tx);
             run(
-                self.redis.clone(),
+                self.source.clone(),
                 Arc::downgrade(&self.shared),
                 rx,
                 self.timeouts,
@@ -353,7 +353,7 @@ const HEALTHY: Duration = Duration::from_secs(1);
 /// registry, checks the connection's health, and dispatches messages. Ends
 /// when the hub is dropped.
 async fn run(
-    redis: redis::Client,
+    source: Source,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeouts: HubTimeouts,
@@ -362,7 +362,7 @@ async fn run(
     let mut reconnecting = false;
     loop {
         let connected_at = Instant::now();
-        let outcome = session(&redis, &shared, &mut commands, timeouts, &mut reconnecting).await;
+        let outcome = session(&source, &shared, &mut commands, timeouts, &mut reconnecting).await;
         if let Session::HubGone = outcome {
             return;
         }
@@ -390,13 +390,13 @@ enum Session {
 /// One connection's life: connect, subscribe to every registered channel,
 /// then serve commands, messages and health checks until something fails.
 async fn session(
-    redis: &redis::Client,
+    source: &Source,
     shared: &Weak<Shared>,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     timeouts: HubTimeouts,
     reconnecting: &mut bool,
 ) -> Session {
-    let Ok(Ok(pubsub)) = tokio::time::timeout(timeouts.connect, redis.get_async_pubsub()).await
+    let Ok(Ok(mut sub)) = tokio::time::timeout(timeouts.connect, Subscriber::open(source)).await
     else {
         return if shared.upgrade().is_none() {
             Session::HubGone
@@ -404,14 +404,13 @@ async fn session(
             Session::Failed
         };
     };
-    let (mut sink, mut stream) = pubsub.split();
     let wanted: Vec<String> = match shared.upgrade() {
         Some(strong) => strong.lock().keys().cloned().collect(),
         None => return Session::HubGone,
     };
     if !wanted.is_empty()
         && !matches!(
-            tokio::time::timeout(timeouts.command, sink.subscribe(&wanted)).await,
+            tokio::time::timeout(timeouts.command, sub.subscribe(&wanted)).await,
             Ok(Ok(()))
         )
     {
@@ -446,7 +445,11 @@ async fn session(
                 let ok = match command {
                     Command::Subscribe(channel) => {
                         let ok = matches!(
-                            tokio::time::timeout(timeouts.command, sink.subscribe(&channel)).await,
+                            tokio::time::timeout(
+                                timeouts.command,
+                                sub.subscribe(std::slice::from_ref(&channel)),
+                            )
+                            .await,
                             Ok(Ok(()))
                         );
                         if ok {
@@ -470,7 +473,7 @@ async fn session(
                             .is_some_and(|s| s.lock().contains_key(&channel));
                         still_wanted
                             || matches!(
-                                tokio::time::timeout(timeouts.command, sink.unsubscribe(&channel)).await,
+                                tokio::time::timeout(timeouts.command, sub.unsubscribe(&channel)).await,
                                 Ok(Ok(()))
                             )
                     }
@@ -480,17 +483,34 @@ async fn session(
                     return Session::Failed;
                 }
             }
-            message = stream.next() => {
-                let Some(message) = message else {
-                    tracing::debug!("pub/sub connection closed; reconnecting");
-                    return Session::Failed;
-                };
+            event = sub.next() => {
                 let Some(strong) = shared.upgrade() else { return Session::HubGone };
-                strong.wake_one(message.get_channel_name());
+                match event {
+                    Event::Message(channel) => strong.wake_one(&channel),
+                    Event::Resubscribed(channel) => {
+                        // Moved with its slot (or confirmed after a node
+                        // reconnect): a release may have been missed.
+                        let ready = strong
+                            .lock()
+                            .get(&channel)
+                            .is_some_and(|ch| *ch.ready.borrow());
+                        if ready {
+                            strong.wake_channel(&channel);
+                        }
+                    }
+                    Event::Interrupted => {
+                        tracing::debug!("pub/sub connection to a node dropped; waiters re-check");
+                        strong.wake_all();
+                    }
+                    Event::Closed => {
+                        tracing::debug!("pub/sub connection closed; reconnecting");
+                        return Session::Failed;
+                    }
+                }
             }
             _ = health.tick() => {
-                let pong = tokio::time::timeout(timeouts.command, sink.ping::<redis::Value>()).await;
-                if !matches!(pong, Ok(Ok(_))) {
+                let pong = tokio::time::timeout(timeouts.command, sub.ping()).await;
+                if !matches!(pong, Ok(Ok(()))) {
                     tracing::warn!("pub/sub connection failed its health check; replacing it");
                     return Session::Failed;
                 }

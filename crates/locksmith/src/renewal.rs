@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease::LeaseState;
 use crate::scripts;
 use crate::task::TaskSlot;
+use crate::topology::Conn;
 
 /// Most keys sent in one renewal call, so a huge batch does not block the
 /// server for long.
@@ -99,7 +99,7 @@ struct Shared {
     /// again if that runtime ends while holds remain.
     task: TaskSlot,
     /// Connection the renewal calls go over.
-    conn: ConnectionManager,
+    conn: Conn,
 }
 
 /// Handle to a Client's watchdog. Dropping the last handle stops the task.
@@ -221,7 +221,7 @@ impl Shared {
 impl Renewer {
     /// A watchdog sending its calls over `conn`; its task starts on first
     /// registration.
-    pub(crate) fn new(conn: ConnectionManager) -> Self {
+    pub(crate) fn new(conn: Conn) -> Self {
         Renewer {
             shared: Arc::new(Shared {
                 entries: Mutex::new(HashMap::new()),
@@ -292,7 +292,7 @@ impl Renewer {
 
 /// The watchdog task: expire, batch due renewals, sleep until the next
 /// event. Ends when the Client (and with it the `Renewer`) is gone.
-async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
+async fn run(shared: Weak<Shared>, conn: Conn) {
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
@@ -343,12 +343,23 @@ async fn run(shared: Weak<Shared>, conn: ConnectionManager) {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(wake_at);
         }
-        for chunk in batch.chunks(MAX_BATCH) {
-            tokio::spawn(renew_batch(
-                Arc::downgrade(&strong),
-                conn.clone(),
-                chunk.to_vec(),
-            ));
+        // One call per slot on a cluster (a script's keys must share one),
+        // one for everything elsewhere.
+        let mut groups: HashMap<_, Vec<Due>> = HashMap::new();
+        for due in batch {
+            groups
+                .entry(conn.group_of(&due.key))
+                .or_default()
+                .push(due);
+        }
+        for group in groups.into_values() {
+            for chunk in group.chunks(MAX_BATCH) {
+                tokio::spawn(renew_batch(
+                    Arc::downgrade(&strong),
+                    conn.clone(),
+                    chunk.to_vec(),
+                ));
+            }
         }
         let wake = strong.wake.clone();
         drop(strong);
@@ -377,7 +388,7 @@ struct Due {
 }
 
 /// Sends one renewal call and applies its answers.
-async fn renew_batch(shared: Weak<Shared>, mut conn: ConnectionManager, batch: Vec<Due>) {
+async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, batch: Vec<Due>) {
     let mut invocation = scripts::RENEW.prepare_invoke();
     for due in &batch {
         invocation

@@ -30,6 +30,23 @@ pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     Ok(())
 }
 
+/// On a Redis Cluster, rejects names whose auxiliary keys would land in
+/// another slot than the name itself. Auxiliary names are `prefix:{NAME}`,
+/// or `prefix:NAME` when NAME contains `{` (Redisson's rule), which only
+/// keeps the slot if NAME carries a real hash tag: a `{` followed later by
+/// a `}` with at least one byte between them.
+pub(crate) fn cluster_name(name: &str) -> Result<()> {
+    let Some(open) = name.find('{') else {
+        return Ok(());
+    };
+    match name[open + 1..].find('}') {
+        Some(len) if len > 0 => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "name {name:?} contains '{{' but no hash tag (\"{{tag}}\" with something between the braces): on a cluster its keys would land in different slots; add a tag or drop the brace"
+        ))),
+    }
+}
+
 /// Rejects leases shorter than [`MIN_LEASE`] and leases beyond what Redis
 /// accepts.
 pub(crate) fn lease(lease: Duration) -> Result<()> {
@@ -64,6 +81,16 @@ mod tests {
         assert!(name("a", 10).is_ok());
         assert!(name("0123456789", 10).is_ok());
         assert!(name("0123456789a", 10).is_err());
+    }
+
+    #[test]
+    fn cluster_names() {
+        assert!(cluster_name("orders").is_ok());
+        assert!(cluster_name("orders:{42}").is_ok());
+        assert!(cluster_name("a{b}c{").is_ok());
+        assert!(cluster_name("a{}b").is_err());
+        assert!(cluster_name("a{b").is_err());
+        assert!(cluster_name("a}{b").is_err());
     }
 
     #[test]

@@ -85,6 +85,7 @@ fn release_one(
         .arg(successor)
         .arg(10_000)
         .arg(if if_alone { "1" } else { "0" })
+        .arg("p")
         .invoke(c)
         .unwrap();
     replies[0]

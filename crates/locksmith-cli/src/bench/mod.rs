@@ -422,7 +422,8 @@ impl Bench {
                     .arg(0)
                     .arg("")
                     .arg(0)
-                    .arg(0);
+                    .arg(0)
+                    .arg("p");
             }
             async move {
                 let mut ops = 0;

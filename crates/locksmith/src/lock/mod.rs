@@ -134,7 +134,7 @@ impl Client {
     /// client's name limit.
     pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
         let name = name.into();
-        validate::name(&name, self.config().max_name_len)?;
+        self.check_name(&name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, Ordering::Relaxed);
         Ok(Lock {
             shared: Arc::new(Shared {
@@ -650,7 +650,11 @@ async fn key_exists(client: &Client, name: &str) -> Result<bool> {
 /// (shared by both lock kinds).
 async fn force_unlock(client: &Client, name: &str, channel: &str) -> Result<bool> {
     let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
-    invocation.key(name).key(channel).arg(keys::UNLOCK_MESSAGE);
+    invocation
+        .key(name)
+        .key(channel)
+        .arg(keys::UNLOCK_MESSAGE)
+        .arg(client.notify_mode().code());
     let deleted: i64 = client.invoke(&invocation, name).await?;
     Ok(deleted == 1)
 }
@@ -699,6 +703,7 @@ impl ReleaseCall {
                     successor,
                     Arg::Int(successor_lease),
                     Arg::Static(if if_alone { "1" } else { "0" }),
+                    Arg::Static(shared.client.notify_mode().code()),
                 ],
             ),
             lease,

@@ -59,7 +59,7 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or too long.
     pub fn simple_lock(&self, name: impl Into<String>) -> Result<SimpleLock> {
         let name = name.into();
-        validate::name(&name, self.config().max_name_len)?;
+        self.check_name(&name)?;
         Ok(SimpleLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
@@ -293,7 +293,8 @@ impl SimpleLock {
             .key(&self.shared.name)
             .key(&self.shared.channel)
             .arg(token)
-            .arg(keys::UNLOCK_MESSAGE);
+            .arg(keys::UNLOCK_MESSAGE)
+            .arg(self.shared.client.notify_mode().code());
         let mut attempt = 0;
         let mut resent = resend;
         loop {

@@ -9,7 +9,9 @@
 --         the unlock message (0), successor owner field ('' for none),
 --         successor's lease in milliseconds, '1' to hand off only if at
 --         most one connection (the caller's client) listens on the release
---         channel, i.e. no other client waits for the lock
+--         channel, i.e. no other client waits for the lock, and how the
+--         release is announced: 'p' PUBLISH, 's' SPUBLISH (sharded, on a
+--         cluster), 'b' both
 -- Returns one reply per request: {1, 0} freed (deleted and published),
 -- {2, count} one hold released now, count holds left, lease re-armed now;
 -- {4, count} nothing changed, the owner has count holds (a resend whose
@@ -19,14 +21,38 @@
 -- this owner, or {-2, error message} for a request that failed alone.
 -- A hand-off increments the fencing counter before writing anything, so a
 -- counter key of the wrong type fails the request with nothing changed.
+-- Announces a release the way the client's waiters (and Redisson's)
+-- listen for it.
+local function announce(channel, message, mode)
+    if mode ~= 's' then
+        redis.call('publish', channel, message)
+    end
+    if mode ~= 'p' then
+        redis.call('spublish', channel, message)
+    end
+end
+
+-- The most connections listening on the channel either way the client
+-- announces (the caller's own client counts as one each way).
+local function listeners(channel, mode)
+    local n = 0
+    if mode ~= 's' then
+        n = redis.call('pubsub', 'numsub', channel)[2]
+    end
+    if mode ~= 'p' then
+        n = math.max(n, redis.call('pubsub', 'shardnumsub', channel)[2])
+    end
+    return n
+end
+
 local function release(key, channel, token_key, lease, owner, expected, message,
-                       successor, successor_lease, if_alone)
+                       successor, successor_lease, if_alone, mode)
     local held = redis.call('hget', key, owner)
     -- Fast path: the last hold of a lock nobody waits for here; counts are
     -- compared as the decimal strings they are, without conversion.
     if held == '1' and expected == '1' and successor == '' then
         redis.call('del', key)
-        redis.call('publish', channel, message)
+        announce(channel, message, mode)
         return {1, 0}
     end
     expected = tonumber(expected)
@@ -49,7 +75,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
         end
         if successor ~= '' and redis.call('hlen', key) == 1
             and (if_alone ~= '1'
-                 or redis.call('pubsub', 'numsub', channel)[2] <= 1) then
+                 or listeners(channel, mode) <= 1) then
             -- Add the successor before removing the owner: the key is never
             -- deleted and re-created.
             local token = redis.call('incr', token_key)
@@ -59,7 +85,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
             return {3, token}
         end
         redis.call('del', key)
-        redis.call('publish', channel, message)
+        announce(channel, message, mode)
         return {1, 0}
     end
     if held == expected - 1 then
@@ -69,10 +95,10 @@ local function release(key, channel, token_key, lease, owner, expected, message,
 end
 
 local out = {}
-for i = 1, #ARGV / 7 do
+for i = 1, #ARGV / 8 do
     local ok, reply = pcall(release, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
-        ARGV[7 * i - 6], ARGV[7 * i - 5], ARGV[7 * i - 4], ARGV[7 * i - 3],
-        ARGV[7 * i - 2], ARGV[7 * i - 1], ARGV[7 * i])
+        ARGV[8 * i - 7], ARGV[8 * i - 6], ARGV[8 * i - 5], ARGV[8 * i - 4],
+        ARGV[8 * i - 3], ARGV[8 * i - 2], ARGV[8 * i - 1], ARGV[8 * i])
     if ok then
         out[i] = reply
     else

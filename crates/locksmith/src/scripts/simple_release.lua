@@ -3,10 +3,16 @@
 -- KEYS[2]  release channel (wakes locksmith waiters; other clients poll)
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the unlock message (0)
+-- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- Returns 1 released, 0 not held by this token.
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], ARGV[2])
+    if ARGV[3] ~= 's' then
+        redis.call('publish', KEYS[2], ARGV[2])
+    end
+    if ARGV[3] ~= 'p' then
+        redis.call('spublish', KEYS[2], ARGV[2])
+    end
     return 1
 end
 return 0

@@ -48,3 +48,210 @@ pub fn keys(server: &RedisServer) -> Vec<String> {
     keys.sort();
     keys
 }
+
+/// The deployments the topology-parametrized suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topo {
+    /// A fresh single server per test.
+    Single,
+    /// A primary, two replicas and three Sentinels, shared by the tests of
+    /// one test binary (names are unique per test).
+    Sentinel,
+    /// A six-node cluster, shared likewise.
+    Cluster,
+}
+
+/// One test's view of a deployment: how to build clients on it, names
+/// unique to the test, and direct connections to the node that owns a key.
+pub struct Env {
+    /// Which deployment.
+    pub topo: Topo,
+    /// The URL clients are built from.
+    pub url: String,
+    /// The test's own server (single only).
+    server: Option<locksmith_testkit::RedisServer>,
+    /// Makes names unique to this test on a shared deployment.
+    nonce: String,
+}
+
+fn shared_sentinel() -> &'static locksmith_testkit::SentinelGroup {
+    static GROUP: std::sync::OnceLock<locksmith_testkit::SentinelGroup> =
+        std::sync::OnceLock::new();
+    GROUP.get_or_init(|| locksmith_testkit::SentinelGroup::start().expect("start sentinel group"))
+}
+
+fn shared_cluster() -> &'static locksmith_testkit::RedisCluster {
+    static CLUSTER: std::sync::OnceLock<locksmith_testkit::RedisCluster> =
+        std::sync::OnceLock::new();
+    CLUSTER.get_or_init(|| locksmith_testkit::RedisCluster::start().expect("start cluster"))
+}
+
+/// The URL of a Sentinel group.
+pub fn sentinel_url(group: &locksmith_testkit::SentinelGroup) -> String {
+    format!(
+        "redis+sentinel://{}/{}",
+        group.sentinel_addrs().join(","),
+        group.master_name()
+    )
+}
+
+/// The URL of a cluster.
+pub fn cluster_url(cluster: &locksmith_testkit::RedisCluster) -> String {
+    format!("redis+cluster://{}", cluster.addrs().join(","))
+}
+
+impl Env {
+    /// An environment on `topo` (starting the shared deployment on first
+    /// use, off the async runtime's worker).
+    pub async fn new(topo: Topo) -> Env {
+        let nonce = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+        match topo {
+            Topo::Single => {
+                let server = RedisServer::start().expect("start redis-server");
+                Env {
+                    topo,
+                    url: server.url(),
+                    server: Some(server),
+                    nonce,
+                }
+            }
+            Topo::Sentinel => {
+                let url = tokio::task::spawn_blocking(|| sentinel_url(shared_sentinel()))
+                    .await
+                    .unwrap();
+                Env {
+                    topo,
+                    url,
+                    server: None,
+                    nonce,
+                }
+            }
+            Topo::Cluster => {
+                let url = tokio::task::spawn_blocking(|| cluster_url(shared_cluster()))
+                    .await
+                    .unwrap();
+                Env {
+                    topo,
+                    url,
+                    server: None,
+                    nonce,
+                }
+            }
+        }
+    }
+
+    /// A client with watchdog lease `lease`.
+    pub async fn client(&self, lease: Duration) -> Client {
+        self.builder(lease).build().await.expect("connect")
+    }
+
+    /// A builder with the suite's defaults.
+    pub fn builder(&self, lease: Duration) -> locksmith::ClientBuilder {
+        Client::builder(self.url.clone())
+            .lease(lease)
+            .command_timeout(Duration::from_secs(2))
+    }
+
+    /// `base` made unique to this test (and, on a cluster, spread over
+    /// slots by the nonce).
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}:{}", self.nonce)
+    }
+
+    /// The URL of the node that owns `key` (the primary).
+    pub fn node_url_for(&self, key: &str) -> String {
+        match self.topo {
+            Topo::Single => self.server.as_ref().unwrap().url(),
+            Topo::Sentinel => shared_sentinel().primary_url(),
+            Topo::Cluster => {
+                let cluster = shared_cluster();
+                let i = cluster.node_for_key(key).unwrap();
+                cluster.nodes()[i].url()
+            }
+        }
+    }
+
+    /// A direct connection to the node that owns `key` (the primary).
+    pub fn node_for(&self, key: &str) -> redis::Connection {
+        redis::Client::open(self.node_url_for(key))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// Which of `keys` exist.
+    pub fn existing(&self, keys: &[String]) -> Vec<String> {
+        keys.iter()
+            .filter(|k| {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg(k.as_str())
+                    .query(&mut self.node_for(k))
+                    .unwrap();
+                n == 1
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Subscribers of `channel` on the node that owns it: classic and
+    /// sharded.
+    pub fn listeners(&self, channel: &str) -> u64 {
+        let mut conn = self.node_for(channel);
+        let classic: (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut conn)
+            .unwrap();
+        let sharded: (String, u64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query(&mut conn)
+            .unwrap();
+        classic.1 + sharded.1
+    }
+
+    /// Script calls served so far by the node that owns `key`.
+    pub fn evalsha_calls(&self, key: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.node_for(key))
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Runs each named `async fn(Env)` on a single server, behind Sentinel and
+/// on a cluster: one `#[tokio::test]` per function and topology, in modules
+/// `single`, `sentinel` and `cluster`.
+#[macro_export]
+macro_rules! on_every_topology {
+    ($($test:ident),* $(,)?) => {
+        mod single {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Env::new($crate::common::Topo::Single).await).await
+                }
+            )*
+        }
+        mod sentinel {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Env::new($crate::common::Topo::Sentinel).await).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Env::new($crate::common::Topo::Cluster).await).await
+                }
+            )*
+        }
+    };
+}

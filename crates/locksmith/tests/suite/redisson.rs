@@ -1,19 +1,16 @@
 //! A Java service running Redisson's RLock and a locksmith service share one
-//! lock. The Java side is played by Redisson's acquire and release logic,
-//! written here in Lua from the protocol facts (hash NAME, field
-//! `<uuid>:<thread-id>`, PEXPIRE lease, busy answers PTTL, final release
-//! deletes and publishes 0 on `redisson_lock__channel:{NAME}`).
-
-mod common;
+//! lock, on every topology. The Java side is played by Redisson's acquire
+//! and release logic, written here in Lua from the protocol facts (hash
+//! NAME, field `<uuid>:<thread-id>`, PEXPIRE lease, busy answers PTTL, final
+//! release deletes and publishes 0 on `redisson_lock__channel:{NAME}`, with
+//! the publish command passed in as Redisson does: `spublish` on a cluster,
+//! where Redisson also waits with `SSUBSCRIBE`; `publish` elsewhere).
 
 use std::time::{Duration, Instant};
 
-use common::setup;
-use futures_util::StreamExt;
 use redis::Script;
 
-const NAME: &str = "shared:inventory";
-const CHANNEL: &str = "redisson_lock__channel:{shared:inventory}";
+use crate::common::{setup, Env, Topo};
 
 /// Acquire as RLock does it: nil when acquired, else the PTTL.
 const JAVA_ACQUIRE: &str = r#"
@@ -36,47 +33,60 @@ if (counter > 0) then
     return 0;
 else
     redis.call('del', KEYS[1]);
-    redis.call('publish', KEYS[2], ARGV[1]);
+    redis.call(ARGV[4], KEYS[2], ARGV[1]);
     return 1;
 end;
 "#;
 
-/// The Java client: its UUID and a thread id make the owner field.
+/// The Java client: its UUID and a thread id make the owner field. It
+/// talks straight to the node that owns the lock's slot, as Redisson does.
 struct JavaClient {
-    conn: redis::aio::MultiplexedConnection,
-    redis: redis::Client,
+    /// The owning node.
+    node: redis::Client,
+    /// The lock name and its channel.
+    name: String,
+    channel: String,
+    /// Redisson's publish and subscribe commands on this topology.
+    sharded: bool,
     owner: String,
 }
 
 impl JavaClient {
-    async fn new(url: &str) -> Self {
-        let redis = redis::Client::open(url).unwrap();
+    fn new(env: &Env, name: &str) -> Self {
         JavaClient {
-            conn: redis.get_multiplexed_async_connection().await.unwrap(),
-            redis,
+            node: redis::Client::open(env.node_url_for(name)).unwrap(),
+            name: name.to_owned(),
+            channel: format!("redisson_lock__channel:{{{name}}}"),
+            sharded: env.topo == Topo::Cluster,
             owner: "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:57".into(),
         }
     }
 
     /// One try: None when acquired, Some(pttl) when busy.
-    async fn try_acquire(&mut self) -> Option<i64> {
+    fn try_acquire(&self) -> Option<i64> {
         Script::new(JAVA_ACQUIRE)
-            .key(NAME)
+            .key(&self.name)
             .arg(30_000)
             .arg(&self.owner)
-            .invoke_async(&mut self.conn)
-            .await
+            .invoke(&mut self.node.get_connection().unwrap())
             .unwrap()
     }
 
-    /// RLock.lock(): try, subscribe, wait for the unlock message, retry.
-    async fn lock(&mut self, limit: Duration) -> bool {
-        let mut pubsub = self.redis.get_async_pubsub().await.unwrap();
-        pubsub.subscribe(CHANNEL).await.unwrap();
+    /// RLock.lock(): subscribe, try, wait for the unlock message, retry.
+    fn lock(&self, limit: Duration) -> bool {
+        let mut sub = self.node.get_connection().unwrap();
+        let subscribe = if self.sharded {
+            "SSUBSCRIBE"
+        } else {
+            "SUBSCRIBE"
+        };
+        redis::cmd(subscribe)
+            .arg(&self.channel)
+            .exec(&mut sub)
+            .unwrap();
         let deadline = Instant::now() + limit;
-        let mut messages = pubsub.on_message();
         loop {
-            let Some(ttl) = self.try_acquire().await else {
+            let Some(ttl) = self.try_acquire() else {
                 return true;
             };
             let left = deadline.saturating_duration_since(Instant::now());
@@ -84,38 +94,40 @@ impl JavaClient {
                 return false;
             }
             let wait = left.min(Duration::from_millis(ttl.max(1) as u64));
-            if let Ok(Some(msg)) = tokio::time::timeout(wait, messages.next()).await {
-                let payload: i64 = msg.get_payload().unwrap();
+            sub.set_read_timeout(Some(wait)).unwrap();
+            if let Ok(redis::Value::Array(parts)) = sub.recv_response() {
+                let payload: i64 = redis::from_redis_value(parts[2].clone()).unwrap();
                 assert_eq!(payload, 0, "locksmith publishes Redisson's unlock message");
             }
         }
     }
 
-    async fn release(&mut self) -> Option<i64> {
+    fn release(&self) -> Option<i64> {
         Script::new(JAVA_RELEASE)
-            .key(NAME)
-            .key(CHANNEL)
+            .key(&self.name)
+            .key(&self.channel)
             .arg(0)
             .arg(30_000)
             .arg(&self.owner)
-            .invoke_async(&mut self.conn)
-            .await
+            .arg(if self.sharded { "spublish" } else { "publish" })
+            .invoke(&mut self.node.get_connection().unwrap())
             .unwrap()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn java_holder_excludes_locksmith_and_its_release_wakes_our_waiter() {
-    let (server, client) = setup(Duration::from_secs(30)).await;
-    let mut java = JavaClient::new(&server.url()).await;
-    assert_eq!(java.try_acquire().await, None);
-    assert_eq!(
-        java.try_acquire().await,
-        None,
-        "Redisson re-enters its own lock"
-    );
+crate::on_every_topology!(
+    java_holder_excludes_locksmith_and_its_release_wakes_our_waiter,
+    locksmith_holder_excludes_java_and_its_release_wakes_the_java_waiter,
+);
 
-    let lock = client.lock(NAME).unwrap();
+async fn java_holder_excludes_locksmith_and_its_release_wakes_our_waiter(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("shared:inventory");
+    let java = JavaClient::new(&env, &name);
+    assert_eq!(java.try_acquire(), None);
+    assert_eq!(java.try_acquire(), None, "Redisson re-enters its own lock");
+
+    let lock = client.lock(name.clone()).unwrap();
     assert!(
         lock.try_lock().await.unwrap().is_none(),
         "locksmith is excluded"
@@ -128,9 +140,9 @@ async fn java_holder_excludes_locksmith_and_its_release_wakes_our_waiter() {
         let guard = lock.try_lock_for(Duration::from_secs(20)).await.unwrap();
         (guard, started.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(java.release().await, Some(0));
-    assert_eq!(java.release().await, Some(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(java.release(), Some(0));
+    assert_eq!(java.release(), Some(1));
     let (guard, waited) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .unwrap()
@@ -141,33 +153,28 @@ async fn java_holder_excludes_locksmith_and_its_release_wakes_our_waiter() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locksmith_holder_excludes_java_and_its_release_wakes_the_java_waiter() {
-    let (server, client) = setup(Duration::from_secs(30)).await;
-    let lock = client.lock(NAME).unwrap();
+async fn locksmith_holder_excludes_java_and_its_release_wakes_the_java_waiter(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("shared:inventory");
+    let lock = client.lock(name.clone()).unwrap();
     let guard = lock.lock().await.unwrap();
 
-    let mut java = JavaClient::new(&server.url()).await;
-    let busy = java
-        .try_acquire()
-        .await
-        .expect("Java sees the lock as busy");
+    let java = JavaClient::new(&env, &name);
+    let busy = java.try_acquire().expect("Java sees the lock as busy");
     assert!(
         busy > 0 && busy <= 30_000,
         "busy answer is the PTTL: {busy}"
     );
-    assert_eq!(java.release().await, None, "a non-owner cannot release");
+    assert_eq!(java.release(), None, "a non-owner cannot release");
 
-    let url = server.url();
-    let java_waiter = tokio::spawn(async move {
-        let mut java = JavaClient::new(&url).await;
+    let java_waiter = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let got = java.lock(Duration::from_secs(20)).await;
+        let got = java.lock(Duration::from_secs(20));
         (got, started.elapsed(), java)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     guard.release().await.unwrap();
-    let (got, waited, mut java) = tokio::time::timeout(Duration::from_secs(25), java_waiter)
+    let (got, waited, java) = tokio::time::timeout(Duration::from_secs(25), java_waiter)
         .await
         .unwrap()
         .unwrap();
@@ -176,14 +183,8 @@ async fn locksmith_holder_excludes_java_and_its_release_wakes_the_java_waiter() 
         waited < Duration::from_secs(10),
         "woken by our release message, waited {waited:?}"
     );
-    assert!(client
-        .lock(NAME)
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .is_none());
-    assert_eq!(java.release().await, Some(1));
+    assert!(client.lock(name).unwrap().try_lock().await.unwrap().is_none());
+    assert_eq!(java.release(), Some(1));
 }
 
 #[tokio::test]

@@ -1,11 +1,11 @@
 //! Cancellation: acquire futures dropped at arbitrary points leave no lock
 //! beyond its lease, no subscription and no watchdog entry behind.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{eventually, keys, setup};
+use crate::common::{eventually, setup, Env};
+
+crate::on_every_topology!(dropped_acquires_leave_nothing_behind);
 
 /// xorshift64*: deterministic pseudo-random delays without a dependency.
 struct Rng(u64);
@@ -19,12 +19,14 @@ impl Rng {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropped_acquires_leave_nothing_behind() {
+async fn dropped_acquires_leave_nothing_behind(env: Env) {
     // A long lease: an orphaned grant would outlive the checks below.
-    let (server, client) = setup(Duration::from_secs(60)).await;
-    let other = common::client(&server, Duration::from_secs(2)).await;
-    let name = "cancel-me";
+    let client = env.client(Duration::from_secs(60)).await;
+    let other = env.client(Duration::from_secs(2)).await;
+    let name = env.name("cancel-me");
+    let name = name.as_str();
+    let lock_keys = [name.to_owned(), format!("redisson_lock_token:{{{name}}}")];
+    let channel = format!("redisson_lock__channel:{{{name}}}");
 
     // A second client and a second owner of the same client take and
     // release the lock in loops, so cancelled acquires hit every state:
@@ -87,7 +89,7 @@ async fn dropped_acquires_leave_nothing_behind() {
 
     // Rollbacks and drop-releases run in the background; give them a moment.
     let clean = eventually(Duration::from_secs(10), || async {
-        keys(&server) == vec![format!("redisson_lock_token:{{{name}}}")]
+        env.existing(&lock_keys) == vec![lock_keys[1].clone()]
             && client.subscription_count() == 0
             && client.tracked_lease_count() == 0
             && client.parked_waiter_count() == 0
@@ -97,28 +99,19 @@ async fn dropped_acquires_leave_nothing_behind() {
     assert!(
         clean,
         "left behind: keys {:?}, subscriptions {}, leases {}, parked {}",
-        keys(&server),
+        env.existing(&lock_keys),
         client.subscription_count(),
         client.tracked_lease_count(),
         client.parked_waiter_count()
     );
-    let mut conn = server.connection().unwrap();
-    let numsub: (String, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(format!("redisson_lock__channel:{{{name}}}"))
-        .query(&mut conn)
-        .unwrap();
     // Unsubscribe is asynchronous; allow it to land.
-    let unsubscribed = eventually(Duration::from_secs(5), || async {
-        let n: (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(format!("redisson_lock__channel:{{{name}}}"))
-            .query(&mut server.connection().unwrap())
-            .unwrap();
-        n.1 == 0
-    })
-    .await;
-    assert!(unsubscribed, "server still counts subscribers: {numsub:?}");
+    let unsubscribed =
+        eventually(Duration::from_secs(5), || async { env.listeners(&channel) == 0 }).await;
+    assert!(
+        unsubscribed,
+        "server still counts {} subscribers",
+        env.listeners(&channel)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,14 +3,11 @@
 //! message; streaks are capped so other clients get in; a waiter that gives
 //! up mid-offer leaves nothing behind.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, keys, setup};
-use futures_util::StreamExt;
+use crate::common::{eventually, keys, setup, Env, Topo};
 use locksmith::Client;
 use locksmith_testkit::RedisServer;
 
@@ -23,33 +20,49 @@ async fn client_with(server: &RedisServer, max_local_handoffs: u32) -> Client {
         .expect("connect")
 }
 
-/// Counts release messages on the lock's channel from a raw subscriber.
-async fn count_messages(server: &RedisServer, name: &str) -> Arc<AtomicU64> {
-    let redis = redis::Client::open(server.url()).unwrap();
-    let mut pubsub = redis.get_async_pubsub().await.unwrap();
-    pubsub
-        .subscribe(format!("redisson_lock__channel:{{{name}}}"))
-        .await
-        .unwrap();
+/// Counts release messages on the lock's channel from a raw subscriber on
+/// the node that owns it (sharded on a cluster, as Redisson listens there).
+/// Counting stops when the counter is dropped.
+fn count_messages_on(env: &Env, name: &str) -> Arc<AtomicU64> {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let url = env.node_url_for(&channel);
+    let subscribe = if env.topo == Topo::Cluster {
+        "SSUBSCRIBE"
+    } else {
+        "SUBSCRIBE"
+    };
     let count = Arc::new(AtomicU64::new(0));
-    let seen = count.clone();
-    tokio::spawn(async move {
-        let mut stream = pubsub.into_on_message();
-        while stream.next().await.is_some() {
-            seen.fetch_add(1, Ordering::SeqCst);
+    let seen = Arc::downgrade(&count);
+    let (ready, subscribed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd(subscribe).arg(&channel).exec(&mut conn).unwrap();
+        ready.send(()).unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        while let Some(count) = seen.upgrade() {
+            if let Ok(redis::Value::Array(parts)) = conn.recv_response() {
+                let kind: String = redis::from_redis_value(parts[0].clone()).unwrap();
+                if kind.ends_with("message") {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            }
         }
     });
+    subscribed.recv().unwrap();
     count
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_hands_the_lock_to_a_parked_local_waiter() {
-    let (server, client) = setup(Duration::from_secs(10)).await;
-    let messages = count_messages(&server, "ho").await;
-    let first = client.lock("ho").unwrap();
+crate::on_every_topology!(release_hands_the_lock_to_a_parked_local_waiter);
+
+async fn release_hands_the_lock_to_a_parked_local_waiter(env: Env) {
+    let client = env.client(Duration::from_secs(10)).await;
+    let name = env.name("ho");
+    let messages = count_messages_on(&env, &name);
+    let first = client.lock(name.clone()).unwrap();
     let guard = first.lock().await.unwrap();
 
-    let second = client.lock("ho").unwrap();
+    let second = client.lock(name).unwrap();
     let waiter = {
         let second = second.clone();
         tokio::spawn(async move { second.lock().await })

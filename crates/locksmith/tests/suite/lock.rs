@@ -1,18 +1,26 @@
 //! The reentrant lock against a real server: exclusion, reentrancy,
 //! leases, the watchdog, fencing, bad input.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, keys, setup};
+use crate::common::{eventually, keys, setup, Env};
 use locksmith::{Error, ErrorKind};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mutual_exclusion_across_two_clients() {
-    let (server, a) = setup(Duration::from_secs(10)).await;
-    let b = client(&server, Duration::from_secs(10)).await;
+crate::on_every_topology!(
+    mutual_exclusion_across_two_clients,
+    reentrancy_counts_holds_per_owner,
+    fixed_lease_expires_and_release_reports_it,
+    watchdog_keeps_the_lock_past_several_leases_and_stops_after_release,
+    force_unlock_makes_the_holder_lose_and_wakes_waiters,
+    watchdog_renews_many_leases_in_batched_calls,
+);
+
+async fn mutual_exclusion_across_two_clients(env: Env) {
+    let a = env.client(Duration::from_secs(10)).await;
+    let b = env.client(Duration::from_secs(10)).await;
+    let name = env.name("counter-lock");
+    let counter = env.name("counter");
     const TASKS: usize = 64;
     const ROUNDS: usize = 5;
     let max_token = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -21,22 +29,23 @@ async fn mutual_exclusion_across_two_clients() {
         for _ in 0..TASKS {
             let c = c.clone();
             let max_token = max_token.clone();
+            let (name, counter) = (name.clone(), counter.clone());
             tasks.push(tokio::spawn(async move {
                 let mut conn = c.connection();
                 for _ in 0..ROUNDS {
-                    let guard = c.lock("counter-lock").unwrap().lock().await.unwrap();
+                    let guard = c.lock(name.clone()).unwrap().lock().await.unwrap();
                     // Tokens only grow from grant to grant.
                     let prev = max_token
                         .fetch_max(guard.fencing_token(), std::sync::atomic::Ordering::SeqCst);
                     assert!(guard.fencing_token() > prev, "fencing token went backwards");
                     let v: Option<u64> = redis::cmd("GET")
-                        .arg("counter")
+                        .arg(&counter)
                         .query_async(&mut conn)
                         .await
                         .unwrap();
                     tokio::task::yield_now().await;
                     let _: () = redis::cmd("SET")
-                        .arg("counter")
+                        .arg(&counter)
                         .arg(v.unwrap_or(0) + 1)
                         .query_async(&mut conn)
                         .await
@@ -54,25 +63,25 @@ async fn mutual_exclusion_across_two_clients() {
     }
     let mut conn = a.connection();
     let total: u64 = redis::cmd("GET")
-        .arg("counter")
+        .arg(&counter)
         .query_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(total, (2 * TASKS * ROUNDS) as u64);
     assert_eq!(max_token.load(std::sync::atomic::Ordering::SeqCst), total);
-    assert!(!a.lock("counter-lock").unwrap().is_locked().await.unwrap());
+    assert!(!a.lock(name).unwrap().is_locked().await.unwrap());
 }
 
-#[tokio::test]
-async fn reentrancy_counts_holds_per_owner() {
-    let (_server, client) = setup(Duration::from_secs(10)).await;
-    let lock = client.lock("reentrant").unwrap();
+async fn reentrancy_counts_holds_per_owner(env: Env) {
+    let client = env.client(Duration::from_secs(10)).await;
+    let name = env.name("reentrant");
+    let lock = client.lock(name.clone()).unwrap();
     let first = lock.lock().await.unwrap();
     let first_token = first.fencing_token();
     let second = lock.clone().lock().await.unwrap();
     assert_eq!(first.fencing_token(), second.fencing_token());
     assert_eq!(lock.hold_count().await.unwrap(), 2);
-    let other = client.lock("reentrant").unwrap();
+    let other = client.lock(name).unwrap();
     assert!(
         other.try_lock().await.unwrap().is_none(),
         "another owner is excluded"
@@ -93,11 +102,10 @@ async fn reentrancy_counts_holds_per_owner() {
     assert_eq!(client.tracked_lease_count(), 0);
 }
 
-#[tokio::test]
-async fn fixed_lease_expires_and_release_reports_it() {
-    let (_server, client) = setup(Duration::from_secs(10)).await;
+async fn fixed_lease_expires_and_release_reports_it(env: Env) {
+    let client = env.client(Duration::from_secs(10)).await;
     let lock = client
-        .lock("fixed")
+        .lock(env.name("fixed"))
         .unwrap()
         .with_lease(Duration::from_millis(300))
         .unwrap();
@@ -119,11 +127,10 @@ async fn fixed_lease_expires_and_release_reports_it() {
     assert_eq!(err.kind(), ErrorKind::NotHeld);
 }
 
-#[tokio::test]
-async fn watchdog_keeps_the_lock_past_several_leases_and_stops_after_release() {
+async fn watchdog_keeps_the_lock_past_several_leases_and_stops_after_release(env: Env) {
     let lease = Duration::from_millis(600);
-    let (_server, client) = setup(lease).await;
-    let lock = client.lock("watched").unwrap();
+    let client = env.client(lease).await;
+    let lock = client.lock(env.name("watched")).unwrap();
     let guard = lock.lock().await.unwrap();
     tokio::time::sleep(lease * 4).await;
     assert!(!guard.is_lost());
@@ -140,13 +147,13 @@ async fn watchdog_keeps_the_lock_past_several_leases_and_stops_after_release() {
     );
 }
 
-#[tokio::test]
-async fn force_unlock_makes_the_holder_lose_and_wakes_waiters() {
+async fn force_unlock_makes_the_holder_lose_and_wakes_waiters(env: Env) {
     let lease = Duration::from_millis(600);
-    let (_server, client) = setup(lease).await;
-    let holder = client.lock("forced").unwrap();
+    let client = env.client(lease).await;
+    let name = env.name("forced");
+    let holder = client.lock(name.clone()).unwrap();
     let guard = holder.lock().await.unwrap();
-    let waiter_lock = client.lock("forced").unwrap();
+    let waiter_lock = client.lock(name).unwrap();
     let waiter =
         tokio::spawn(async move { waiter_lock.try_lock_for(Duration::from_secs(20)).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -276,43 +283,36 @@ async fn a_holders_reentry_never_waits_behind_local_waiters() {
     waiting.await.unwrap().unwrap().release().await.unwrap();
 }
 
-fn evalsha_calls(server: &locksmith_testkit::RedisServer) -> u64 {
-    let mut conn = server.connection().unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut conn)
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-#[tokio::test]
-async fn watchdog_renews_many_leases_in_batched_calls() {
+async fn watchdog_renews_many_leases_in_batched_calls(env: Env) {
     let lease = Duration::from_millis(600);
-    let (server, client) = setup(lease).await;
+    let client = env.client(lease).await;
+    // All in one slot on a cluster (a hash tag), so the renewals of all 50
+    // can share calls there too.
+    let tag = env.name("batch");
     let mut guards = Vec::new();
     for i in 0..50 {
         guards.push(
             client
-                .lock(format!("batch:{i}"))
+                .lock(format!("{{{tag}}}:{i}"))
                 .unwrap()
                 .lock()
                 .await
                 .unwrap(),
         );
     }
-    let before = evalsha_calls(&server);
+    let before = env.evalsha_calls(&tag);
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let renewals = evalsha_calls(&server) - before;
-    // One call per lock per lease/3 would be about 500 in 2 s.
+    let renewals = env.evalsha_calls(&tag) - before;
     assert!(renewals > 0, "the watchdog renewed");
-    assert!(
-        renewals <= 30,
-        "{renewals} renewal calls for 50 locks over 2 s"
-    );
+    // One call per lock per lease/3 would be about 500 in 2 s. The count
+    // is only ours on the test's own server; on a shared deployment other
+    // tests' script calls land on the same node.
+    if env.topo == crate::common::Topo::Single {
+        assert!(
+            renewals <= 30,
+            "{renewals} renewal calls for 50 locks over 2 s"
+        );
+    }
     for g in &guards {
         assert!(!g.is_lost());
     }

@@ -1,0 +1,547 @@
+//! Where a [`Client`](crate::Client) sends its commands: one server, the
+//! primary a group of Redis Sentinels names, or a Redis Cluster.
+//!
+//! Everything above this module talks to a [`Conn`]: a cheap clone of one
+//! shared multiplexed connection that implements redis-rs's
+//! `ConnectionLike`, so the batchers, the watchdog and every primitive work
+//! the same on all three. What differs lives here:
+//!
+//! - **Single**: redis-rs's `ConnectionManager` (reconnects by itself).
+//! - **Sentinel**: a `ConnectionManager` to the primary the Sentinels name
+//!   (redis-rs's `SentinelClient` does the asking). A failover shows up as a
+//!   dropped connection or a `READONLY` answer from the demoted primary;
+//!   either makes the connection ask the Sentinels again and, if they name
+//!   another primary, switch to it and bump an epoch that the notify hub
+//!   watches (its pub/sub connection must follow too).
+//! - **Cluster**: redis-rs's async `ClusterConnection`, which routes each
+//!   command by its first key's slot and follows `MOVED`/`ASK` and slot
+//!   migrations itself. Every key of one primitive shares a slot (see
+//!   `keys.rs`), so a script never fails with `CROSSSLOT`.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture, Value};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+
+/// A parsed deployment address: what [`Topology::connect`] dials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Address {
+    /// One server: any URL redis-rs accepts (`redis://`, `redis+unix://`).
+    Single(String),
+    /// Sentinels (`redis://host:port` each), the monitored service name,
+    /// and credentials and database for the data nodes.
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+        username: Option<String>,
+        password: Option<String>,
+        db: i64,
+    },
+    /// Seed nodes of a cluster (`redis://[user:pass@]host:port` each).
+    Cluster { seeds: Vec<String> },
+}
+
+impl Address {
+    /// Parses the URL forms locksmith accepts:
+    ///
+    /// - `redis://[[user]:pass@]host[:port][/db]` (and anything else
+    ///   redis-rs accepts for one server),
+    /// - `redis+sentinel://[[user]:pass@]host:port[,host:port…]/service[/db]`,
+    /// - `redis+cluster://[[user]:pass@]host:port[,host:port…]`.
+    ///
+    /// Credentials in the Sentinel form are for the data nodes; the
+    /// Sentinels themselves are contacted without.
+    pub(crate) fn parse(url: &str) -> Result<Address> {
+        let bad = |why: &str| Error::invalid(format!("bad Redis URL {url:?}: {why}"));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected scheme://..."))?;
+        let topology = match scheme {
+            "redis+sentinel" => "sentinel",
+            "redis+cluster" => "cluster",
+            "rediss+sentinel" | "rediss+cluster" => {
+                return Err(bad(
+                    "TLS is not enabled in this build of locksmith (use redis+sentinel:// or redis+cluster://)",
+                ))
+            }
+            _ => {
+                url.into_connection_info()
+                    .map_err(|e| bad(&e.to_string()))?;
+                return Ok(Address::Single(url.to_owned()));
+            }
+        };
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((user, rest)) => (Some(user), rest),
+            None => (None, rest),
+        };
+        let (hosts, path) = match rest.split_once('/') {
+            Some((hosts, path)) => (hosts, path),
+            None => (rest, ""),
+        };
+        let hosts: Vec<&str> = hosts.split(',').filter(|h| !h.is_empty()).collect();
+        if hosts.is_empty() {
+            return Err(bad("no host:port given"));
+        }
+        for host in &hosts {
+            let (h, port) = host
+                .rsplit_once(':')
+                .ok_or_else(|| bad(&format!("{host:?} needs a port (host:port)")))?;
+            if h.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(bad(&format!("{host:?} is not host:port")));
+            }
+        }
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(info) => match info.split_once(':') {
+                Some((u, p)) => (
+                    (!u.is_empty()).then(|| u.to_owned()),
+                    (!p.is_empty()).then(|| p.to_owned()),
+                ),
+                None => ((!info.is_empty()).then(|| info.to_owned()), None),
+            },
+        };
+        if topology == "cluster" {
+            if !path.is_empty() && path != "0" {
+                return Err(bad("a cluster has only database 0"));
+            }
+            let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+            let seeds = hosts
+                .iter()
+                .map(|h| format!("redis://{auth}{h}"))
+                .collect();
+            return Ok(Address::Cluster { seeds });
+        }
+        let mut parts = path.split('/').filter(|p| !p.is_empty());
+        let service = parts
+            .next()
+            .ok_or_else(|| bad("the Sentinel form needs the service name: redis+sentinel://host:port/SERVICE"))?
+            .to_owned();
+        let db = match parts.next() {
+            Some(db) => db
+                .parse::<i64>()
+                .map_err(|_| bad(&format!("database {db:?} is not a number")))?,
+            None => 0,
+        };
+        if parts.next().is_some() {
+            return Err(bad("expected /service[/db] after the hosts"));
+        }
+        Ok(Address::Sentinel {
+            sentinels: hosts.iter().map(|h| format!("redis://{h}")).collect(),
+            service,
+            username,
+            password,
+            db,
+        })
+    }
+
+    /// A short description for errors and diagnostics.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Address::Single(url) => match url.as_str().into_connection_info() {
+                Ok(info) => info.addr().to_string(),
+                Err(_) => url.clone(),
+            },
+            Address::Sentinel {
+                sentinels, service, ..
+            } => format!(
+                "sentinel service {service:?} via {}",
+                sentinels
+                    .iter()
+                    .map(|s| s.trim_start_matches("redis://"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Address::Cluster { seeds } => format!(
+                "cluster via {}",
+                seeds
+                    .iter()
+                    .map(|s| s.rsplit('@').next().unwrap_or(s).trim_start_matches("redis://"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
+/// Connection timing, from the client's options.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// Bounds dialling.
+    pub(crate) connect: Duration,
+    /// Bounds every command.
+    pub(crate) command: Duration,
+}
+
+/// The command connection of a client, whatever the topology. Cheap to
+/// clone: clones share one multiplexed connection.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One server.
+    Single(ConnectionManager),
+    /// The primary named by Sentinels, followed across failovers.
+    Sentinel(SentinelConn),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "Conn::Single",
+            Conn::Sentinel(_) => "Conn::Sentinel",
+            Conn::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// True for a Redis Cluster: script calls and renewals must be grouped
+    /// by slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// The group a key's script calls go in: its slot on a cluster, one
+    /// group otherwise.
+    pub(crate) fn group_of(&self, key: &str) -> Option<Slot> {
+        self.is_cluster().then(|| Slot::for_key(key))
+    }
+}
+
+/// Connects to `address`; the first connection must succeed within about
+/// one connect timeout.
+pub(crate) async fn connect(address: &Address, timing: Timing) -> Result<Conn> {
+    let describe = address.describe();
+    let fail = |source: redis::RedisError| Error::Connect {
+        addr: describe.clone(),
+        source,
+    };
+    let limit = timing.connect * 2;
+    let work = async {
+        match address {
+            Address::Single(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| Error::invalid(format!("bad Redis URL {url:?}: {e}")))?;
+                let conn = ConnectionManager::new_with_config(client, manager_config(timing))
+                    .await
+                    .map_err(fail)?;
+                Ok(Conn::Single(conn))
+            }
+            Address::Sentinel { .. } => SentinelConn::connect(address, timing)
+                .await
+                .map(Conn::Sentinel),
+            Address::Cluster { seeds } => {
+                let client = cluster_client(seeds, timing, None)?;
+                let conn = client.get_async_connection().await.map_err(fail)?;
+                Ok(Conn::Cluster(conn))
+            }
+        }
+    };
+    match tokio::time::timeout(limit, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Connect {
+            source: redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {limit:?}"),
+            )),
+            addr: address.describe(),
+        }),
+    }
+}
+
+/// The cluster client for `seeds`; with `push`, a RESP3 client that
+/// delivers pub/sub messages there.
+pub(crate) fn cluster_client(
+    seeds: &[String],
+    timing: Timing,
+    push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+) -> Result<redis::cluster::ClusterClient> {
+    let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(timing.connect)
+        .response_timeout(timing.command)
+        .retries(3)
+        .min_retry_wait(20)
+        .max_retry_wait(500);
+    if let Some(tx) = push {
+        builder = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::invalid(format!("bad cluster seed list {seeds:?}: {e}")))
+}
+
+fn manager_config(timing: Timing) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timing.connect))
+        .set_response_timeout(Some(timing.command))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// The primary named by a group of Sentinels, followed across failovers.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    /// Shared by all clones.
+    shared: Arc<SentinelShared>,
+}
+
+/// What clones of a [`SentinelConn`] share.
+struct SentinelShared {
+    /// The connection to the current primary and its address.
+    current: RwLock<(ConnectionManager, String)>,
+    /// Asks the Sentinels; behind an async lock so one re-resolution runs
+    /// at a time while the others wait for its outcome.
+    resolver: tokio::sync::Mutex<SentinelClient>,
+    /// Bumped on every switch to another primary; the notify hub watches
+    /// it to move its pub/sub connection too.
+    epoch: watch::Sender<u64>,
+    /// Connection options for a new primary.
+    timing: Timing,
+}
+
+impl SentinelConn {
+    async fn connect(address: &Address, timing: Timing) -> Result<SentinelConn> {
+        let mut resolver = sentinel_client(address)?;
+        let describe = address.describe();
+        let client = resolver
+            .async_get_client()
+            .await
+            .map_err(|source| sentinel_error(&describe, source))?;
+        let addr = client.get_connection_info().addr().to_string();
+        let conn = ConnectionManager::new_with_config(client, manager_config(timing))
+            .await
+            .map_err(|source| Error::Connect {
+                addr: format!("{addr} (primary of {describe})"),
+                source,
+            })?;
+        Ok(SentinelConn {
+            shared: Arc::new(SentinelShared {
+                current: RwLock::new((conn, addr)),
+                resolver: tokio::sync::Mutex::new(resolver),
+                epoch: watch::channel(0).0,
+                timing,
+            }),
+        })
+    }
+
+    /// The current primary's connection and the epoch it belongs to.
+    fn current(&self) -> (ConnectionManager, u64) {
+        let current = self.shared.current.read().unwrap_or_else(|e| e.into_inner());
+        (current.0.clone(), *self.shared.epoch.borrow())
+    }
+
+    /// A receiver that changes whenever the primary changes.
+    pub(crate) fn epochs(&self) -> watch::Receiver<u64> {
+        self.shared.epoch.subscribe()
+    }
+
+    /// A `redis::Client` for the current primary (the notify hub's pub/sub
+    /// connection), asking the Sentinels afresh.
+    pub(crate) async fn primary_client(&self) -> redis::RedisResult<redis::Client> {
+        self.shared.resolver.lock().await.async_get_client().await
+    }
+
+    /// After a failure seen at `epoch`: asks the Sentinels which node is
+    /// the primary and switches to it if it changed. One re-resolution at
+    /// a time; callers that queued behind one that switched do nothing.
+    async fn follow(&self, epoch: u64) {
+        let mut resolver = self.shared.resolver.lock().await;
+        if *self.shared.epoch.borrow() != epoch {
+            return;
+        }
+        let Ok(Ok(client)) =
+            tokio::time::timeout(self.shared.timing.command, resolver.async_get_client()).await
+        else {
+            return;
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        if addr == self.shared.current.read().unwrap_or_else(|e| e.into_inner()).1 {
+            return;
+        }
+        let connecting =
+            ConnectionManager::new_with_config(client, manager_config(self.shared.timing));
+        let Ok(Ok(conn)) = tokio::time::timeout(self.shared.timing.connect, connecting).await
+        else {
+            return;
+        };
+        tracing::info!(primary = %addr, "Sentinel named a new primary; switching to it");
+        *self.shared.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, addr);
+        self.shared.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Runs `op` on the current primary; a failure that may mean a
+    /// failover makes the connection follow the Sentinels before the error
+    /// is returned (so the caller's resend goes to the new primary), and a
+    /// `READONLY` answer is reported as a dropped connection: nothing was
+    /// written, and a resend is what the caller should do.
+    fn call<'a, T: Send + 'a>(
+        &'a mut self,
+        op: impl FnOnce(ConnectionManager) -> RedisFuture<'a, T> + Send + 'a,
+    ) -> RedisFuture<'a, T> {
+        Box::pin(async move {
+            let (conn, epoch) = self.current();
+            match op(conn).await {
+                Ok(value) => Ok(value),
+                Err(e) if is_readonly(&e) => {
+                    self.follow(epoch).await;
+                    Err(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        format!("the primary was demoted ({e}); switched to the one Sentinel names"),
+                    )))
+                }
+                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() => {
+                    self.follow(epoch).await;
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.call(move |mut conn| Box::pin(async move { conn.req_packed_command(cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.call(move |mut conn| {
+            Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().0.get_db()
+    }
+}
+
+fn is_readonly(e: &redis::RedisError) -> bool {
+    e.code() == Some("READONLY") || e.to_string().contains("READONLY")
+}
+
+/// The redis-rs Sentinel client for a Sentinel address.
+fn sentinel_client(address: &Address) -> Result<SentinelClient> {
+    let Address::Sentinel {
+        sentinels,
+        service,
+        username,
+        password,
+        db,
+    } = address
+    else {
+        return Err(Error::invalid("not a Sentinel address"));
+    };
+    let mut info = RedisConnectionInfo::default().set_db(*db);
+    if let Some(u) = username {
+        info = info.set_username(u);
+    }
+    if let Some(p) = password {
+        info = info.set_password(p);
+    }
+    let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
+    SentinelClient::build(
+        sentinels.clone(),
+        service.clone(),
+        Some(node),
+        SentinelServerType::Master,
+    )
+    .map_err(|e| Error::invalid(format!("bad Sentinel list {sentinels:?}: {e}")))
+}
+
+/// A clear error for a failed Sentinel lookup: none reachable, or the
+/// service unknown to all of them.
+fn sentinel_error(describe: &str, source: redis::RedisError) -> Error {
+    Error::Connect {
+        addr: format!(
+            "{describe} (no Sentinel answered with a primary: check the addresses and that they monitor this service name)"
+        ),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_forms() {
+        assert_eq!(
+            Address::parse("redis://127.0.0.1:6379/2").unwrap(),
+            Address::Single("redis://127.0.0.1:6379/2".into())
+        );
+        assert_eq!(
+            Address::parse("redis+sentinel://u:pw@h1:26379,h2:26380/mymaster/3").unwrap(),
+            Address::Sentinel {
+                sentinels: vec!["redis://h1:26379".into(), "redis://h2:26380".into()],
+                service: "mymaster".into(),
+                username: Some("u".into()),
+                password: Some("pw".into()),
+                db: 3,
+            }
+        );
+        assert_eq!(
+            Address::parse("redis+cluster://:pw@h1:7000,h2:7001").unwrap(),
+            Address::Cluster {
+                seeds: vec!["redis://:pw@h1:7000".into(), "redis://:pw@h2:7001".into()]
+            }
+        );
+        for bad in [
+            "nonsense",
+            "redis+sentinel://h1:26379",
+            "redis+sentinel://h1/mymaster",
+            "redis+sentinel:///mymaster",
+            "redis+cluster://h1:0",
+            "redis+cluster://h1:7000/3",
+            "rediss+cluster://h1:7000",
+            "redis+sentinel://h1:1/s/x",
+        ] {
+            let err = Address::parse(bad).unwrap_err();
+            assert!(err.is_invalid_argument(), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The lock suite in one test binary, so the shared Sentinel group and
+//! cluster that its topology-parametrized tests use (see
+//! `common::on_every_topology!`) start once.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cancel;
+mod handoff;
+mod lock;
+mod redisson;
