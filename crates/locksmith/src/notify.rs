@@ -498,6 +498,19 @@ async fn session(
                             strong.wake_channel(&channel);
                         }
                     }
+                    Event::Dropped(channel) => {
+                        // A migrated slot takes its sharded subscriptions
+                        // with it; unless we asked for this, follow it.
+                        let wanted = strong
+                            .lock()
+                            .get(&channel)
+                            .is_some_and(|ch| ch.ready.send_replace(false));
+                        if wanted {
+                            tracing::debug!(%channel, "sharded subscription moved with its slot; subscribing again");
+                            strong.send(Command::Subscribe(channel.clone()));
+                            strong.wake_channel(&channel);
+                        }
+                    }
                     Event::Interrupted => {
                         tracing::debug!("pub/sub connection to a node dropped; waiters re-check");
                         strong.wake_all();

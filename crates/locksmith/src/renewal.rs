@@ -347,10 +347,7 @@ async fn run(shared: Weak<Shared>, conn: Conn) {
         // one for everything elsewhere.
         let mut groups: HashMap<_, Vec<Due>> = HashMap::new();
         for due in batch {
-            groups
-                .entry(conn.group_of(&due.key))
-                .or_default()
-                .push(due);
+            groups.entry(conn.group_of(&due.key)).or_default().push(due);
         }
         for group in groups.into_values() {
             for chunk in group.chunks(MAX_BATCH) {

@@ -55,6 +55,9 @@ pub(crate) enum Event {
     /// slot moved, or a node connection was re-established): a message may
     /// have been missed meanwhile.
     Resubscribed(String),
+    /// The server ended a sharded subscription by itself (its slot moved
+    /// to another node): subscribe again, which reaches the new owner.
+    Dropped(String),
     /// Part of the connection dropped and is being re-established by the
     /// connection itself: any message may have been missed.
     Interrupted,
@@ -110,9 +113,8 @@ impl Subscriber {
                 mode,
             } => {
                 let (tx, pushes) = mpsc::unbounded_channel();
-                let client = cluster_client(seeds, *timing, Some(tx)).map_err(|e| {
-                    redis::RedisError::from(std::io::Error::other(e.to_string()))
-                })?;
+                let client = cluster_client(seeds, *timing, Some(tx))
+                    .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
                 let conn = client.get_async_connection().await?;
                 Ok(Subscriber::Cluster {
                     conn,
@@ -163,18 +165,17 @@ impl Subscriber {
     pub(crate) async fn ping(&mut self) -> RedisResult<()> {
         match self {
             Subscriber::Plain { sink, .. } => sink.ping::<Value>().await.map(drop),
-            Subscriber::Cluster { conn, .. } => {
-                redis::cmd("PING").query_async::<Value>(conn).await.map(drop)
-            }
+            Subscriber::Cluster { conn, .. } => redis::cmd("PING")
+                .query_async::<Value>(conn)
+                .await
+                .map(drop),
         }
     }
 
     /// The next event.
     pub(crate) async fn next(&mut self) -> Event {
         match self {
-            Subscriber::Plain {
-                stream, epochs, ..
-            } => {
+            Subscriber::Plain { stream, epochs, .. } => {
                 let switched = async {
                     match epochs {
                         Some(epochs) => {
@@ -211,6 +212,11 @@ impl Subscriber {
                     PushKind::Subscribe | PushKind::SSubscribe => {
                         if let Some(channel) = channel() {
                             return Event::Resubscribed(channel);
+                        }
+                    }
+                    PushKind::SUnsubscribe => {
+                        if let Some(channel) = channel() {
+                            return Event::Dropped(channel);
                         }
                     }
                     PushKind::Disconnection => return Event::Interrupted,

@@ -112,16 +112,15 @@ impl Address {
                 return Err(bad("a cluster has only database 0"));
             }
             let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
-            let seeds = hosts
-                .iter()
-                .map(|h| format!("redis://{auth}{h}"))
-                .collect();
+            let seeds = hosts.iter().map(|h| format!("redis://{auth}{h}")).collect();
             return Ok(Address::Cluster { seeds });
         }
         let mut parts = path.split('/').filter(|p| !p.is_empty());
         let service = parts
             .next()
-            .ok_or_else(|| bad("the Sentinel form needs the service name: redis+sentinel://host:port/SERVICE"))?
+            .ok_or_else(|| {
+                bad("the Sentinel form needs the service name: redis+sentinel://host:port/SERVICE")
+            })?
             .to_owned();
         let db = match parts.next() {
             Some(db) => db
@@ -162,7 +161,11 @@ impl Address {
                 "cluster via {}",
                 seeds
                     .iter()
-                    .map(|s| s.rsplit('@').next().unwrap_or(s).trim_start_matches("redis://"))
+                    .map(|s| s
+                        .rsplit('@')
+                        .next()
+                        .unwrap_or(s)
+                        .trim_start_matches("redis://"))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
@@ -366,7 +369,11 @@ impl SentinelConn {
 
     /// The current primary's connection and the epoch it belongs to.
     fn current(&self) -> (ConnectionManager, u64) {
-        let current = self.shared.current.read().unwrap_or_else(|e| e.into_inner());
+        let current = self
+            .shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         (current.0.clone(), *self.shared.epoch.borrow())
     }
 
@@ -395,7 +402,14 @@ impl SentinelConn {
             return;
         };
         let addr = client.get_connection_info().addr().to_string();
-        if addr == self.shared.current.read().unwrap_or_else(|e| e.into_inner()).1 {
+        if addr
+            == self
+                .shared
+                .current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+        {
             return;
         }
         let connecting =
@@ -405,7 +419,11 @@ impl SentinelConn {
             return;
         };
         tracing::info!(primary = %addr, "Sentinel named a new primary; switching to it");
-        *self.shared.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, addr);
+        *self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = (conn, addr);
         self.shared.epoch.send_modify(|e| *e += 1);
     }
 
@@ -426,10 +444,17 @@ impl SentinelConn {
                     self.follow(epoch).await;
                     Err(redis::RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
-                        format!("the primary was demoted ({e}); switched to the one Sentinel names"),
+                        format!(
+                            "the primary was demoted ({e}); switched to the one Sentinel names"
+                        ),
                     )))
                 }
-                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() => {
+                Err(e)
+                    if e.is_io_error()
+                        || e.is_connection_dropped()
+                        || e.is_connection_refusal()
+                        || e.is_timeout() =>
+                {
                     self.follow(epoch).await;
                     Err(e)
                 }

@@ -292,18 +292,15 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn info(&self) -> Result<LockInfo> {
-        let mut conn = self.shared.client.connection();
-        let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = redis::pipe()
-            .atomic()
-            .cmd("HGETALL")
-            .arg(&*self.shared.name)
-            .cmd("PTTL")
-            .arg(&*self.shared.name)
-            .cmd("GET")
-            .arg(&*self.shared.token_key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.map_err(e))?;
+        let mut invocation = scripts::LOCK_INFO.prepare_invoke();
+        invocation
+            .key(&*self.shared.name)
+            .key(&*self.shared.token_key);
+        let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = self
+            .shared
+            .client
+            .invoke(&invocation, &self.shared.name)
+            .await?;
         Ok(LockInfo {
             holders,
             remaining_lease: u64::try_from(ttl).ok().map(Duration::from_millis),

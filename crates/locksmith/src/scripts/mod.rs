@@ -18,5 +18,6 @@ script!(LOCK_ACQUIRE, "lock_acquire.lua");
 script!(LOCK_RELEASE, "lock_release.lua");
 script!(RENEW, "renew.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
+script!(LOCK_INFO, "lock_info.lua");
 script!(SIMPLE_ACQUIRE, "simple_acquire.lua");
 script!(SIMPLE_RELEASE, "simple_release.lua");

@@ -105,8 +105,10 @@ async fn dropped_acquires_leave_nothing_behind(env: Env) {
         client.parked_waiter_count()
     );
     // Unsubscribe is asynchronous; allow it to land.
-    let unsubscribed =
-        eventually(Duration::from_secs(5), || async { env.listeners(&channel) == 0 }).await;
+    let unsubscribed = eventually(Duration::from_secs(5), || async {
+        env.listeners(&channel) == 0
+    })
+    .await;
     assert!(
         unsubscribed,
         "server still counts {} subscribers",

@@ -183,7 +183,13 @@ async fn locksmith_holder_excludes_java_and_its_release_wakes_the_java_waiter(en
         waited < Duration::from_secs(10),
         "woken by our release message, waited {waited:?}"
     );
-    assert!(client.lock(name).unwrap().try_lock().await.unwrap().is_none());
+    assert!(client
+        .lock(name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(java.release(), Some(1));
 }
 
