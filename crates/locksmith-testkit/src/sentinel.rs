@@ -164,6 +164,37 @@ impl SentinelGroup {
         &mut self.sentinels[i]
     }
 
+    /// Waits until every data node other than the current primary
+    /// replicates from it with its link up (`master_link_status:up`). Use it
+    /// after a failover and a restart of the killed node, before relying on
+    /// replication again. (The Sentinels' own view of the replicas is
+    /// refreshed every 10 s and is not waited for.)
+    ///
+    /// # Errors
+    /// A timeout error describing what was last seen.
+    pub fn wait_replicas_in_sync(&self, timeout: Duration) -> io::Result<()> {
+        let port = self.servers[self.primary].port().to_string();
+        wait_for("replicas in sync with the primary", timeout, || {
+            for (i, server) in self.servers.iter().enumerate() {
+                if i == self.primary {
+                    continue;
+                }
+                let addr = server.addr();
+                let info = admin::info(&addr, "replication")?;
+                if info.get("master_port") != Some(&port) {
+                    return Err(format!(
+                        "{addr} (node {i}) has role {:?}, replicates from port {:?}; primary is node {} on port {port}",
+                        info.get("role"),
+                        info.get("master_port"),
+                        self.primary
+                    ));
+                }
+                replica_in_sync(&addr)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Kills the current primary with SIGKILL. The Sentinels notice after
     /// `down-after-milliseconds` (1 s) and promote a replica; see
     /// [`wait_for_failover`](Self::wait_for_failover).

@@ -120,7 +120,7 @@ struct Request {
     call: Call,
     /// Where the reply goes; a closed receiver (cancelled caller) means the
     /// request is dropped if it has not been sent yet.
-    reply: oneshot::Sender<RedisResult<Value>>,
+    reply: oneshot::Sender<RedisResult<(Value, Option<u32>)>>,
     /// Dropped with the request: tells a [`Tracked`] the request is settled.
     _tracker: Option<Tracker>,
 }
@@ -172,6 +172,8 @@ struct Shared {
     conn: Conn,
     /// Waiting requests and outstanding calls.
     queue: Mutex<Queue>,
+    /// Replica acknowledgement each call waits for, if any.
+    acks: Acks,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -186,13 +188,14 @@ impl std::fmt::Debug for Batcher {
 
 impl Batcher {
     /// A batcher for `script`, sending on `conn`.
-    pub(crate) fn new(script: &'static LazyLock<Script>, conn: Conn) -> Self {
+    pub(crate) fn new(script: &'static LazyLock<Script>, conn: Conn, acks: Acks) -> Self {
         let slots = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
         Batcher {
             shared: Arc::new(Shared {
                 script,
                 conn,
                 queue: Mutex::new(Queue::default()),
+                acks,
             }),
             slots,
         }
@@ -213,6 +216,7 @@ impl Batcher {
                     script: self.shared.script,
                     conn: self.shared.conn.clone(),
                     queue: Mutex::new(Queue::default()),
+                    acks: self.shared.acks,
                 })
             })
             .clone()
@@ -220,8 +224,10 @@ impl Batcher {
 
     /// Queues one request and waits for its reply. The reply is the
     /// request's own element of the script's answer, converted to `T`; an
-    /// error reply for this request alone comes back as `Err`. `tracker`,
-    /// if given, is dropped once the request is settled.
+    /// error reply for this request alone comes back as `Err`. Also answers
+    /// how many replicas acknowledged the call's writes when the batcher
+    /// waits for them (`WAIT`, see [`Acks`]); `None` when it does not.
+    /// `tracker`, if given, is dropped once the request is settled.
     ///
     /// Cancel safety: dropping the future before the request was sent
     /// withdraws it; after, the call goes on and only the reply is lost.
@@ -229,7 +235,7 @@ impl Batcher {
         &self,
         call: Call,
         tracker: Option<Tracker>,
-    ) -> RedisResult<T> {
+    ) -> RedisResult<(T, Option<u32>)> {
         let (reply, answer) = oneshot::channel();
         let shared = self.queue_for(&call);
         let batch = {
@@ -260,13 +266,13 @@ impl Batcher {
                 });
             }
         }
-        let value = answer.await.map_err(|_| gone())??;
+        let (value, acked) = answer.await.map_err(|_| gone())??;
         if let Value::Array(items) = &value {
             if let [Value::Int(FAILED), message] = items.as_slice() {
                 return Err(request_error(message));
             }
         }
-        Ok(redis::from_redis_value(value)?)
+        Ok((redis::from_redis_value(value)?, acked))
     }
 }
 
@@ -370,21 +376,21 @@ impl Shared {
         }
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
         let mut conn = self.conn.clone();
-        let mut reply = cmd.query_async::<Vec<Value>>(&mut conn).await;
+        let mut reply = self.acks.query(&cmd, &mut conn).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
         {
             reply = match self.script.load_async(&mut conn).await {
-                Ok(_) => cmd.query_async::<Vec<Value>>(&mut conn).await,
+                Ok(_) => self.acks.query(&cmd, &mut conn).await,
                 Err(e) => Err(e),
             };
         }
         match reply {
-            Ok(replies) if replies.len() == batch.len() => {
+            Ok((replies, acked)) if replies.len() == batch.len() => {
                 for (request, reply) in batch.into_iter().zip(replies) {
-                    let _ = request.reply.send(Ok(reply));
+                    let _ = request.reply.send(Ok((reply, acked)));
                 }
             }
-            Ok(replies) => {
+            Ok((replies, _)) => {
                 let err = RedisError::from(std::io::Error::other(format!(
                     "batch script answered {} replies for {} requests",
                     replies.len(),
@@ -400,5 +406,43 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+/// How many replicas must acknowledge a call's writes, and how long to wait
+/// for them (`WAIT numreplicas timeout`, sent right behind the call on the
+/// same connection, in the same round trip). The default waits for none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Acks {
+    /// Replicas to wait for; 0 sends no `WAIT`.
+    pub(crate) min: u32,
+    /// How long `WAIT` may block.
+    pub(crate) timeout: std::time::Duration,
+}
+
+impl Acks {
+    /// Sends `cmd` (a script call answering an array), followed by `WAIT`
+    /// when acknowledgements are wanted; answers the replies and how many
+    /// replicas acknowledged.
+    pub(crate) async fn query<C: redis::aio::ConnectionLike>(
+        &self,
+        cmd: &redis::Cmd,
+        conn: &mut C,
+    ) -> RedisResult<(Vec<Value>, Option<u32>)> {
+        if self.min == 0 {
+            return Ok((cmd.query_async(conn).await?, None));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(self.min)
+            .arg(self.timeout.as_millis() as u64);
+        let (replies, acked): (Vec<Value>, i64) = pipe.query_async(conn).await?;
+        Ok((replies, Some(u32::try_from(acked).unwrap_or(0))))
+    }
+
+    /// True when `acked` (from [`Acks::query`]) falls short.
+    pub(crate) fn short(&self, acked: Option<u32>) -> bool {
+        self.min > 0 && acked.is_some_and(|n| n < self.min)
     }
 }

@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 use uuid::Uuid;
 
-use crate::batch::Batcher;
+use crate::batch::{Acks, Batcher};
 use crate::error::{Error, Result};
 use crate::lock::Handoffs;
 use crate::notify::{HubTimeouts, NotifyHub};
@@ -51,6 +51,9 @@ pub(crate) struct Config {
     /// How releases are announced on a cluster; `None` picks what Redisson
     /// does (sharded on Redis 7+, classic before).
     pub(crate) cluster_notify: Option<NotifyMode>,
+    /// Replica acknowledgement of grants, renewals and releases; `None`
+    /// decides from the deployment (see `ClientBuilder::replica_acks`).
+    pub(crate) replica_acks: Option<Acks>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
             pubsub_ping_interval: ClientBuilder::DEFAULT_PUBSUB_PING_INTERVAL,
             cluster_notify: None,
+            replica_acks: None,
         }
     }
 }
@@ -107,6 +111,9 @@ impl ClientBuilder {
     pub const DEFAULT_MAX_NAME_LEN: usize = 64 * 1024;
     /// Default cap on consecutive local hand-offs of one lock: 16.
     pub const DEFAULT_MAX_LOCAL_HANDOFFS: u32 = 16;
+    /// Default wait for replica acknowledgements: 1 second, as Redisson's
+    /// `slavesSyncTimeout`.
+    pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(1);
     /// Default health-check period of the pub/sub connection: 5 seconds.
     pub const DEFAULT_PUBSUB_PING_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -185,6 +192,32 @@ impl ClientBuilder {
         self
     }
 
+    /// Requires `min` replicas to acknowledge every grant, renewal and
+    /// release within `timeout` (Redis `WAIT`, sent in the same round trip).
+    /// A grant acknowledged by fewer is rolled back and answered with
+    /// [`Error::NotReplicated`]; a renewal acknowledged by fewer does not
+    /// extend the holder's local lease (so the lost signal fires on time if
+    /// the replicas stay behind); a release acknowledged by fewer is logged.
+    /// `min` 0 turns acknowledgement off.
+    ///
+    /// `timeout` must be shorter than the command timeout: `WAIT` travels
+    /// in the same round trip as the call it follows.
+    ///
+    /// Default: on when the primary has replicas (every primary, on a
+    /// cluster), with `min` 1 and a timeout of
+    /// [`DEFAULT_REPLICA_ACK_TIMEOUT`](Self::DEFAULT_REPLICA_ACK_TIMEOUT)
+    /// or half the command timeout, whichever is shorter:
+    /// a failover promotes a replica, and a grant no replica has seen would
+    /// vanish with the old primary (Redisson's `checkLockSyncedSlaves` makes
+    /// the same choice). This narrows the window in which a failover loses
+    /// a lock; it does not close it (the promoted replica may not be the one
+    /// that acknowledged, and `WAIT` does not make a write durable). Fencing
+    /// tokens are what protect the resource: see docs/safety.md.
+    pub fn replica_acks(mut self, min: u32, timeout: Duration) -> Self {
+        self.config.replica_acks = Some(Acks { min, timeout });
+        self
+    }
+
     /// Validates the options and connects.
     ///
     /// # Errors
@@ -235,6 +268,7 @@ impl ClientBuilder {
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
+        let acks = replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
         let notify = match &address {
             Address::Cluster { .. } => {
                 let version = server_major_version(&conn).await?;
@@ -277,9 +311,10 @@ impl ClientBuilder {
                         ping_interval: config.pubsub_ping_interval,
                     },
                 ),
-                renewer: Renewer::new(conn.clone()),
-                acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone()),
-                release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone()),
+                renewer: Renewer::new(conn.clone(), acks),
+                acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone(), acks),
+                release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone(), acks),
+                acks,
                 handoffs: Handoffs::new(config.max_local_handoffs),
                 topology: match conn {
                     Conn::Single(_) => Topology::Single,
@@ -408,6 +443,65 @@ async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
     Ok(())
 }
 
+/// Resolves the replica acknowledgement policy against the deployment:
+/// the fewest replicas any primary has (`connected_slaves`) decides the
+/// default, and caps what may be asked for.
+async fn replica_acks(
+    address: &Address,
+    conn: &Conn,
+    wanted: Option<Acks>,
+    command_timeout: Duration,
+) -> Result<Acks> {
+    if wanted.is_some_and(|a| a.min == 0) {
+        return Ok(Acks::default());
+    }
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    let texts: Vec<String> = match reply {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .filter_map(|(_, v)| redis::from_redis_value(v).ok())
+            .collect(),
+        other => vec![redis::from_redis_value(other).unwrap_or_default()],
+    };
+    let replicas = texts
+        .iter()
+        .map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        })
+        .min()
+        .unwrap_or(0);
+    match wanted {
+        // WAIT travels with the call it follows, so it must leave that
+        // call room within the command timeout.
+        None if replicas > 0 => Ok(Acks {
+            min: 1,
+            timeout: ClientBuilder::DEFAULT_REPLICA_ACK_TIMEOUT.min(command_timeout / 2),
+        }),
+        None => Ok(Acks::default()),
+        Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {
+            Err(Error::invalid(format!(
+                "replica_acks timeout must be at least 1 ms and shorter than the command timeout ({command_timeout:?}), got {:?}",
+                acks.timeout
+            )))
+        }
+        Some(acks) if acks.min > replicas => Err(Error::invalid(format!(
+            "replica_acks asks for {} acknowledgement(s) but {} has {replicas} connected replica(s){}: lower the minimum, or pass 0 to turn acknowledgement off",
+            acks.min,
+            address.describe(),
+            if matches!(address, Address::Cluster { .. }) { " on its smallest shard" } else { "" },
+        ))),
+        Some(acks) => Ok(acks),
+    }
+}
+
 /// The text of an `INFO` reply; on a cluster, where redis-rs asks every
 /// primary and answers with a map by node, the first node's.
 fn info_text(reply: Value) -> String {
@@ -459,6 +553,8 @@ struct Inner {
     addr: String,
     /// What kind of deployment this is.
     topology: Topology,
+    /// Replica acknowledgement every write waits for.
+    acks: Acks,
     /// How releases are announced (always classic off a cluster).
     notify: NotifyMode,
     /// The dedicated pub/sub connection and its waiters.
@@ -542,6 +638,17 @@ impl Client {
             crate::validate::cluster_name(name)?;
         }
         Ok(())
+    }
+
+    /// Replicas that must acknowledge each grant, renewal and release (0
+    /// when acknowledgement is off); see [`ClientBuilder::replica_acks`].
+    pub fn replica_acks(&self) -> u32 {
+        self.inner.acks.min
+    }
+
+    /// The replica acknowledgement policy, for primitives.
+    pub(crate) fn acks(&self) -> Acks {
+        self.inner.acks
     }
 
     /// The shared connection, for the library's own commands.

@@ -48,6 +48,19 @@ pub enum Error {
         name: String,
     },
 
+    /// Fewer replicas acknowledged a grant than the client requires (see
+    /// [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)).
+    /// The grant was rolled back: the caller does not hold the lock.
+    #[error("grant of {name:?} reached {acked} replica(s) of the {wanted} required within the timeout; rolled back")]
+    NotReplicated {
+        /// The primitive's name.
+        name: String,
+        /// Replicas that acknowledged in time.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -67,6 +80,9 @@ pub enum ErrorKind {
     WrongType,
     /// The caller does not hold the lock it tried to release.
     NotHeld,
+    /// A grant was not acknowledged by enough replicas and was rolled
+    /// back; retrying may succeed once the replicas catch up.
+    NotReplicated,
     /// Any other error answered by Redis.
     Server,
 }
@@ -83,6 +99,7 @@ impl Error {
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::WrongType { .. } => ErrorKind::WrongType,
             Error::NotHeld { .. } => ErrorKind::NotHeld,
+            Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()

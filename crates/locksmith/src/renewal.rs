@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::lease::LeaseState;
 use crate::scripts;
+use crate::batch::Acks;
 use crate::task::TaskSlot;
 use crate::topology::Conn;
 
@@ -100,6 +101,8 @@ struct Shared {
     task: TaskSlot,
     /// Connection the renewal calls go over.
     conn: Conn,
+    /// Replica acknowledgement a renewal must get to count.
+    acks: Acks,
 }
 
 /// Handle to a Client's watchdog. Dropping the last handle stops the task.
@@ -203,7 +206,7 @@ impl Shared {
     fn ensure_task(self: &Arc<Self>) {
         let restarted = self
             .task
-            .ensure(|| run(Arc::downgrade(self), self.conn.clone()));
+            .ensure(|| run(Arc::downgrade(self), self.conn.clone(), self.acks));
         if restarted {
             let mut entries = self.lock_entries();
             if !entries.is_empty() {
@@ -221,7 +224,7 @@ impl Shared {
 impl Renewer {
     /// A watchdog sending its calls over `conn`; its task starts on first
     /// registration.
-    pub(crate) fn new(conn: Conn) -> Self {
+    pub(crate) fn new(conn: Conn, acks: Acks) -> Self {
         Renewer {
             shared: Arc::new(Shared {
                 entries: Mutex::new(HashMap::new()),
@@ -230,6 +233,7 @@ impl Renewer {
                 planned_wake: Mutex::new(None),
                 task: TaskSlot::default(),
                 conn,
+                acks,
             }),
         }
     }
@@ -292,7 +296,7 @@ impl Renewer {
 
 /// The watchdog task: expire, batch due renewals, sleep until the next
 /// event. Ends when the Client (and with it the `Renewer`) is gone.
-async fn run(shared: Weak<Shared>, conn: Conn) {
+async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
@@ -354,6 +358,7 @@ async fn run(shared: Weak<Shared>, conn: Conn) {
                 tokio::spawn(renew_batch(
                     Arc::downgrade(&strong),
                     conn.clone(),
+                    acks,
                     chunk.to_vec(),
                 ));
             }
@@ -385,17 +390,43 @@ struct Due {
 }
 
 /// Sends one renewal call and applies its answers.
-async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, batch: Vec<Due>) {
-    let mut invocation = scripts::RENEW.prepare_invoke();
+async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, acks: Acks, batch: Vec<Due>) {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts::RENEW.get_hash()).arg(batch.len());
     for due in &batch {
-        invocation
-            .key(&*due.key)
-            .arg(due.ownership.code())
+        cmd.arg(&*due.key);
+    }
+    for due in &batch {
+        cmd.arg(due.ownership.code())
             .arg(&*due.owner)
             .arg(due.lease.as_millis() as u64);
     }
     let sent_at = Instant::now();
-    let reply: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+    let mut reply = acks.query(&cmd, &mut conn).await;
+    if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+    {
+        reply = match scripts::RENEW.load_async(&mut conn).await {
+            Ok(_) => acks.query(&cmd, &mut conn).await,
+            Err(e) => Err(e),
+        };
+    }
+    // A renewal too few replicas saw would not survive a failover: it does
+    // not count, and is retried like a failed call.
+    let reply: redis::RedisResult<Vec<i64>> = match reply {
+        Ok((_, acked)) if acks.short(acked) => Err(redis::RedisError::from(std::io::Error::other(
+            format!(
+                "renewal acknowledged by {} replica(s) of {}",
+                acked.unwrap_or(0),
+                acks.min
+            ),
+        ))),
+        Ok((values, _)) => values
+            .into_iter()
+            .map(redis::from_redis_value)
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(Into::into),
+        Err(e) => Err(e),
+    };
     let Some(shared) = shared.upgrade() else {
         return;
     };

@@ -346,6 +346,9 @@ impl SentinelConn {
     async fn connect(address: &Address, timing: Timing) -> Result<SentinelConn> {
         let mut resolver = sentinel_client(address)?;
         let describe = address.describe();
+        let Address::Sentinel { sentinels, .. } = address else {
+            return Err(Error::invalid("not a Sentinel address"));
+        };
         let client = resolver
             .async_get_client()
             .await
@@ -357,14 +360,19 @@ impl SentinelConn {
                 addr: format!("{addr} (primary of {describe})"),
                 source,
             })?;
-        Ok(SentinelConn {
+        let conn = SentinelConn {
             shared: Arc::new(SentinelShared {
                 current: RwLock::new((conn, addr)),
                 resolver: tokio::sync::Mutex::new(resolver),
                 epoch: watch::channel(0).0,
                 timing,
             }),
-        })
+        };
+        tokio::spawn(watch_switches(
+            Arc::downgrade(&conn.shared),
+            sentinels.clone(),
+        ));
+        Ok(conn)
     }
 
     /// The current primary's connection and the epoch it belongs to.
@@ -485,8 +493,65 @@ impl ConnectionLike for SentinelConn {
     }
 }
 
+/// Listens for the Sentinels' `+switch-master` announcements and follows
+/// each one at once, so the client does not wait for an error to notice a
+/// failover (a demoted primary that comes back on its old address would
+/// otherwise answer reads as a stale replica). Tries the Sentinels in turn;
+/// on every (re)connection it also checks the primary, in case a switch was
+/// missed. Ends when the connection is dropped.
+async fn watch_switches(shared: std::sync::Weak<SentinelShared>, sentinels: Vec<String>) {
+    use futures_util::StreamExt;
+    let mut next = 0;
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let timing = strong.timing;
+        drop(strong);
+        let url = &sentinels[next % sentinels.len()];
+        next += 1;
+        let opened = async {
+            let mut pubsub = redis::Client::open(url.as_str())?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let Ok(Ok(pubsub)) = tokio::time::timeout(timing.connect, opened).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        let follow = |shared: &std::sync::Weak<SentinelShared>| {
+            let shared = shared.upgrade();
+            async move {
+                if let Some(shared) = shared {
+                    let conn = SentinelConn { shared };
+                    let epoch = *conn.shared.epoch.borrow();
+                    conn.follow(epoch).await;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if !follow(&shared).await {
+            return;
+        }
+        let mut messages = pubsub.into_on_message();
+        while messages.next().await.is_some() {
+            tracing::debug!("Sentinel announced a new primary");
+            if !follow(&shared).await {
+                return;
+            }
+        }
+    }
+}
+
+/// True for the answers a demoted primary gives: a write refused
+/// (`READONLY`), or `WAIT` refused on a replica.
 fn is_readonly(e: &redis::RedisError) -> bool {
-    e.code() == Some("READONLY") || e.to_string().contains("READONLY")
+    let text = e.to_string();
+    e.code() == Some("READONLY")
+        || text.contains("READONLY")
+        || text.contains("cannot be used with replica")
 }
 
 /// The redis-rs Sentinel client for a Sentinel address.

@@ -17,7 +17,11 @@ async fn lock_retrying(lock: &locksmith::Lock, limit: Duration) -> Option<locksm
     while Instant::now() < deadline {
         match lock.try_lock_for(deadline - Instant::now()).await {
             Ok(got) => return got,
-            Err(e) if e.is_connection_error() || e.is_timeout() => {
+            Err(e)
+                if e.is_connection_error()
+                    || e.is_timeout()
+                    || e.kind() == ErrorKind::NotReplicated =>
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("unexpected error: {e}"),
@@ -331,4 +335,145 @@ async fn cluster_names_must_keep_their_keys_in_one_slot() {
         let lock = client.simple_lock(format!("spread:{i}")).unwrap();
         lock.lock().await.unwrap().release().await.unwrap();
     }
+}
+
+/// Kills the group's primary, waits for the Sentinels to promote a replica,
+/// brings the killed node back (empty: the Sentinels turn it into a
+/// replica of the new primary) and waits until it is in sync. Returns the
+/// group.
+async fn fail_over(mut group: SentinelGroup) -> SentinelGroup {
+    tokio::task::spawn_blocking(move || {
+        let old = group.primary_index();
+        group.kill_primary();
+        group.wait_for_failover(Duration::from_secs(45)).unwrap();
+        group.node(old).restart().unwrap();
+        // It restarts with its first command line (possibly replicating
+        // from a node that is now a replica itself); point it at the new
+        // primary, as the Sentinels do once they notice it.
+        let primary = group.primary_addr();
+        let (host, port) = primary.split_once(':').unwrap();
+        redis::cmd("REPLICAOF")
+            .arg(host)
+            .arg(port)
+            .exec(&mut group.nodes()[old].connection().unwrap())
+            .unwrap();
+        group.wait_replicas_in_sync(Duration::from_secs(45)).unwrap();
+        group
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acks_keep_grants_through_failovers_and_without_them_a_grant_can_vanish() {
+    let group = tokio::task::spawn_blocking(|| SentinelGroup::start().unwrap())
+        .await
+        .unwrap();
+    let url = sentinel_url(&group);
+    // On by default: the primary has replicas.
+    let holder = Client::builder(url.clone())
+        .lease(Duration::from_secs(10))
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(holder.replica_acks(), 1);
+    // Asking for more acknowledgements than there are replicas is refused.
+    let err = Client::builder(url.clone())
+        .replica_acks(3, Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err}");
+    assert!(err.to_string().contains("2 connected replica"), "{err}");
+
+    // With acknowledgement on, the primary dies right after each grant
+    // (no pause for replication to catch up), and the grant survives on
+    // the promoted replica every time. (Between runs the group is made
+    // whole again: a replica still syncing from scratch has acknowledged
+    // nothing, and the Sentinels may promote it; see docs/safety.md.)
+    let mut group = group;
+    for run in 0..10 {
+        let lock = holder.lock(format!("acked:{run}")).unwrap();
+        let guard = lock_retrying(&lock, Duration::from_secs(30))
+            .await
+            .expect("granted");
+        group = fail_over(group).await;
+        let mut info = None;
+        for _ in 0..100 {
+            match lock.info().await {
+                Ok(i) => {
+                    info = Some(i);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let info = info.expect("the new primary answers");
+        assert_eq!(
+            info.holders,
+            vec![(lock.owner().to_owned(), 1)],
+            "run {run}: the grant survived the failover"
+        );
+        assert!(!guard.is_lost(), "run {run}");
+        guard.release().await.unwrap();
+    }
+
+    // Without it, the window the docs warn about: the replicas are frozen
+    // and cut off, the grant lands on the primary only, the primary dies,
+    // and the promoted replica never saw the grant: another client takes
+    // the "held" lock. The first holder is told.
+    let unacked = Client::builder(url.clone())
+        .lease(Duration::from_secs(10))
+        .command_timeout(Duration::from_secs(1))
+        .replica_acks(0, Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(unacked.replica_acks(), 0);
+    let replicas: Vec<usize> = (0..group.nodes().len())
+        .filter(|&i| i != group.primary_index())
+        .collect();
+    for &i in &replicas {
+        group.nodes()[i].pause().unwrap();
+    }
+    let mut primary = redis::Client::open(group.primary_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .exec(&mut primary)
+        .unwrap();
+    let first = unacked.lock("window").unwrap().lock().await.unwrap();
+    let lost = first.lost();
+    let group = tokio::task::spawn_blocking(move || {
+        let mut group = group;
+        group.kill_primary();
+        for &i in &replicas {
+            group.nodes()[i].resume().unwrap();
+        }
+        group.wait_for_failover(Duration::from_secs(45)).unwrap();
+        group
+    })
+    .await
+    .unwrap();
+    let other = Client::builder(url)
+        .lease(Duration::from_secs(10))
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let second = lock_retrying(&other.lock("window").unwrap(), Duration::from_secs(20))
+        .await
+        .expect("the promoted replica never saw the grant: the lock is free again");
+    assert!(second.fencing_token() >= 1);
+    // Never silently: the first holder's next renewal finds the lock gone.
+    tokio::time::timeout(Duration::from_secs(12), lost.wait())
+        .await
+        .expect("the first holder is signalled lost");
+    second.release().await.unwrap();
+    drop(group);
 }

@@ -495,7 +495,7 @@ impl Lock {
         );
         let first_sent = Instant::now();
         let mut attempt = 0;
-        let (reply, sent_at): (Vec<i64>, Instant) = loop {
+        let (reply, sent_at, acked): (Vec<i64>, Instant, Option<u32>) = loop {
             attempt += 1;
             let sent_at = Instant::now();
             let (tracker, tracked) = crate::batch::tracker();
@@ -505,7 +505,7 @@ impl Lock {
                 .call(call.clone(), Some(tracker))
                 .await;
             match reply {
-                Ok(reply) => break (reply, sent_at),
+                Ok((reply, acked)) => break (reply, sent_at, acked),
                 Err(e) => {
                     let e = client.map_err(e, Some(&self.shared.name));
                     if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
@@ -517,10 +517,22 @@ impl Lock {
                 }
             }
         };
+        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
+        let acks = client.acks();
+        if matches!(field(0), 1 | 2) && acks.short(acked) {
+            // Too few replicas saw the grant: a failover now could lose
+            // it. The armed rollback undoes it (this owner's count goes
+            // back to what it was).
+            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+            return Err(Error::NotReplicated {
+                name: self.shared.name.to_string(),
+                acked: acked.unwrap_or(0),
+                wanted: acks.min,
+            });
+        }
         let Some(mut state) = rollback.state.take() else {
             return Err(self.not_held());
         };
-        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
         let (status, value, count) = (field(0), field(1), u32::try_from(field(2)).unwrap_or(0));
         let left = reply.get(3).copied();
         match status {
@@ -713,10 +725,21 @@ impl ReleaseCall {
         client: &Client,
         tracker: Option<crate::batch::Tracker>,
     ) -> redis::RedisResult<(i64, i64)> {
-        client
+        let (reply, acked) = client
             .release_batch()
             .call(self.call.clone(), tracker)
-            .await
+            .await?;
+        if client.acks().short(acked) {
+            // The release stands on the primary; a failover before the
+            // replicas catch up could bring the hold back until its lease
+            // ends. Nothing to undo: say so.
+            tracing::warn!(
+                acked = acked.unwrap_or(0),
+                wanted = client.acks().min,
+                "release acknowledged by too few replicas"
+            );
+        }
+        Ok(reply)
     }
 }
 
