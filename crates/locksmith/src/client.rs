@@ -268,7 +268,8 @@ impl ClientBuilder {
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
-        let acks = replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
+        let acks =
+            replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
         let notify = match &address {
             Address::Cluster { .. } => {
                 let version = server_major_version(&conn).await?;

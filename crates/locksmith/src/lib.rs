@@ -49,6 +49,8 @@ pub mod guides {
     pub mod safety {}
     #[doc = include_str!("../../../docs/redisson.md")]
     pub mod redisson {}
+    #[doc = include_str!("../../../docs/topologies.md")]
+    pub mod topologies {}
     #[doc = include_str!("../../../docs/performance.md")]
     pub mod performance {}
 }

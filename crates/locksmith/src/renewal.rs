@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::batch::Acks;
 use crate::lease::LeaseState;
 use crate::scripts;
-use crate::batch::Acks;
 use crate::task::TaskSlot;
 use crate::topology::Conn;
 
@@ -413,13 +413,13 @@ async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, acks: Acks, batch: Ve
     // A renewal too few replicas saw would not survive a failover: it does
     // not count, and is retried like a failed call.
     let reply: redis::RedisResult<Vec<i64>> = match reply {
-        Ok((_, acked)) if acks.short(acked) => Err(redis::RedisError::from(std::io::Error::other(
-            format!(
+        Ok((_, acked)) if acks.short(acked) => {
+            Err(redis::RedisError::from(std::io::Error::other(format!(
                 "renewal acknowledged by {} replica(s) of {}",
                 acked.unwrap_or(0),
                 acks.min
-            ),
-        ))),
+            ))))
+        }
         Ok((values, _)) => values
             .into_iter()
             .map(redis::from_redis_value)

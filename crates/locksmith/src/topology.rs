@@ -511,7 +511,9 @@ async fn watch_switches(shared: std::sync::Weak<SentinelShared>, sentinels: Vec<
         let url = &sentinels[next % sentinels.len()];
         next += 1;
         let opened = async {
-            let mut pubsub = redis::Client::open(url.as_str())?.get_async_pubsub().await?;
+            let mut pubsub = redis::Client::open(url.as_str())?
+                .get_async_pubsub()
+                .await?;
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, redis::RedisError>(pubsub)
         };

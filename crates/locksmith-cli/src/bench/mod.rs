@@ -25,6 +25,7 @@
 
 mod contender;
 mod stats;
+mod topologies;
 
 use std::future::Future;
 use std::time::Duration;
@@ -56,8 +57,10 @@ const STRAGGLER_LIMIT: Duration = Duration::from_secs(15);
 /// before the holder releases.
 const PARK: Duration = Duration::from_millis(20);
 
-/// Commands a client sends to lock and unlock (never run inside scripts).
-const LOCK_COMMANDS: [&str; 9] = [
+/// Commands a client sends to lock and unlock (never run inside scripts;
+/// `WAIT` rides along with a script call when replica acknowledgement is
+/// on).
+const LOCK_COMMANDS: [&str; 10] = [
     "evalsha",
     "eval",
     "evalsha_ro",
@@ -67,10 +70,11 @@ const LOCK_COMMANDS: [&str; 9] = [
     "unsubscribe",
     "ssubscribe",
     "sunsubscribe",
+    "wait",
 ];
 
 /// Options of `locksmith bench`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BenchArgs {
     /// How long each throughput phase runs.
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_nonzero, default_value = "3s")]
@@ -84,6 +88,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     handoffs: u32,
+    /// Also run locksmith's phases on a Sentinel-managed primary and a
+    /// 3-primary Redis Cluster (both started here, next to the single
+    /// server), and the cost of replica acknowledgement (WAIT). Not with
+    /// --redis.
+    #[arg(long)]
+    topologies: bool,
 }
 
 /// What one throughput phase measured.
@@ -120,6 +130,17 @@ impl Phase {
 pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u8, CliError> {
     // Started here (not on the user's server) unless --redis is given, so a
     // plain run never touches anyone's data.
+    if args.topologies {
+        if redis_flag.is_some() {
+            return Err(CliError::Usage(
+                "--topologies starts its own servers; leave out --redis".into(),
+            ));
+        }
+        return topologies::run(args)
+            .await
+            .map(|()| 0)
+            .map_err(CliError::Other);
+    }
     let (_server, url, own) = match redis_flag {
         Some(url) => (None, url, false),
         None => {
@@ -146,9 +167,15 @@ struct Bench {
     url: String,
     /// Options.
     args: BenchArgs,
-    /// A connection for INFO, PING and the critical sections' GET/SET,
-    /// separate from the libraries' own connections.
-    conn: MultiplexedConnection,
+    /// A connection for PING and the critical sections' GET/SET, separate
+    /// from the libraries' own connections (a locksmith connection, so it
+    /// routes by key on a cluster and follows the primary behind Sentinel).
+    conn: locksmith::Connection,
+    /// Direct connections to every primary, for `INFO commandstats`.
+    stats: Vec<MultiplexedConnection>,
+    /// Replica acknowledgements locksmith clients of this run use (`None`:
+    /// the library's default for the deployment).
+    acks: Option<u32>,
     /// Prefix of every key this run creates, unique per run so runs against
     /// a shared server never collide and can be cleaned up.
     prefix: String,
@@ -156,16 +183,33 @@ struct Bench {
 
 impl Bench {
     async fn connect(url: &str, args: BenchArgs) -> Result<Bench, CliError> {
-        let conn = connect(url).await.map_err(|e| {
+        let stats = connect(url).await.map_err(|e| {
             CliError::Lock(locksmith::Error::Connect {
                 addr: url.to_owned(),
                 source: e,
             })
         })?;
+        Bench::on(url, vec![stats], None, args)
+            .await
+            .map_err(CliError::Lock)
+    }
+
+    /// A run on the deployment at `url` (any URL form), reading command
+    /// counts from `stats` (its primaries), with locksmith clients using
+    /// `acks` replica acknowledgements (`None`: the default).
+    async fn on(
+        url: &str,
+        stats: Vec<MultiplexedConnection>,
+        acks: Option<u32>,
+        args: BenchArgs,
+    ) -> Result<Bench, locksmith::Error> {
+        let conn = locksmith::Client::open(url).await?.connection();
         Ok(Bench {
             url: url.to_owned(),
             args,
             conn,
+            stats,
+            acks,
             prefix: format!(
                 "locksmith-bench-{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -309,7 +353,12 @@ impl Bench {
     }
 
     async fn locksmith(&self) -> Result<Contender, String> {
-        locksmith::Client::open(&self.url)
+        let mut builder = locksmith::Client::builder(self.url.clone());
+        if let Some(min) = self.acks {
+            builder = builder.replica_acks(min, Duration::from_millis(500));
+        }
+        builder
+            .build()
             .await
             .map(Contender::Locksmith)
             .map_err(|e| e.to_string())
@@ -329,7 +378,7 @@ impl Bench {
     }
 
     async fn commandstats(&self) -> Result<CommandStats, String> {
-        CommandStats::read(&mut self.conn.clone())
+        CommandStats::read(&self.stats)
             .await
             .map_err(|e| e.to_string())
     }
@@ -352,11 +401,15 @@ impl Bench {
         phase.lock_usec =
             (after.usec_since(before, &LOCK_COMMANDS) as f64 + set_usec) / phase.ops.max(1) as f64;
         phase.detail = format!(
-            "evalsha {:.2} set {:.2} sub+unsub {:.2} | in scripts: publish {:.2}",
+            "evalsha {:.2} set {:.2} sub+unsub {:.2} wait {:.2} | in scripts: publish {:.2}",
             per_op(after.since_all(before, &["evalsha", "eval"])),
             per_op(lock_sets),
-            per_op(after.since_all(before, &["subscribe", "unsubscribe"])),
-            per_op(after.since(before, "publish")),
+            per_op(after.since_all(
+                before,
+                &["subscribe", "unsubscribe", "ssubscribe", "sunsubscribe"]
+            )),
+            per_op(after.since(before, "wait")),
+            per_op(after.since_all(before, &["publish", "spublish"])),
         );
     }
 
@@ -693,7 +746,7 @@ async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
     })?
 }
 
-async fn ping(conn: &mut MultiplexedConnection) -> Result<Duration, String> {
+async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<Duration, String> {
     let started = Instant::now();
     let _: String = redis::cmd("PING")
         .query_async(conn)

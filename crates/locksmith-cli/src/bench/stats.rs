@@ -61,13 +61,24 @@ pub(crate) struct CommandStats {
 }
 
 impl CommandStats {
-    /// Reads `INFO commandstats`.
-    pub(crate) async fn read(conn: &mut MultiplexedConnection) -> redis::RedisResult<Self> {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(conn)
-            .await?;
-        Ok(Self::parse(&info))
+    /// Reads `INFO commandstats` of every node in `nodes` and adds them
+    /// up (the primaries of a cluster; the one server elsewhere).
+    pub(crate) async fn read(nodes: &[MultiplexedConnection]) -> redis::RedisResult<Self> {
+        let mut total = CommandStats::default();
+        for node in nodes {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut node.clone())
+                .await?;
+            let one = Self::parse(&info);
+            for (name, n) in one.calls {
+                *total.calls.entry(name).or_default() += n;
+            }
+            for (name, n) in one.usec {
+                *total.usec.entry(name).or_default() += n;
+            }
+        }
+        Ok(total)
     }
 
     /// Parses lines like `cmdstat_evalsha:calls=12,usec=34,...`.

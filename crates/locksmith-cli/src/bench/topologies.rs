@@ -1,0 +1,222 @@
+//! `locksmith bench --topologies`: locksmith's uncontended, contended and
+//! hand-off phases on a single server, a Sentinel-managed primary and a
+//! 3-primary Redis Cluster, all started here and measured in one run, plus
+//! what replica acknowledgement (`WAIT`) costs.
+//!
+//! The topology rows run with replica acknowledgement off, so they compare
+//! client and routing overhead like for like (the single server has no
+//! replicas); the `WAIT` rows then repeat the uncontended phase with one
+//! acknowledgement required, as the library's default does when replicas
+//! exist. Command counts are summed over every primary.
+//!
+//! Everything runs on this machine's cores: the cluster's six servers share
+//! them with the client, so a cluster number measures overhead, not
+//! scaling.
+
+use locksmith_testkit::{RedisCluster, RedisServer, SentinelGroup};
+
+use super::{connect, ratio, Bench, BenchArgs, Handoffs, Phase};
+
+/// One deployment's measurements.
+struct Row {
+    /// Deployment name.
+    label: &'static str,
+    uncontended: Phase,
+    contended: Phase,
+    /// Waiter in the holder's client.
+    local: Handoffs,
+    /// Waiter in another client.
+    cross: Handoffs,
+}
+
+impl Row {
+    /// Median hand-off in PING round trips, the worse of the two paths.
+    fn handoff_rtts(&self) -> f64 {
+        ratio(self.local.handoffs.p50(), self.local.pings.p50())
+            .max(ratio(self.cross.handoffs.p50(), self.cross.pings.p50()))
+    }
+}
+
+/// Starts the three deployments, runs the phases on each, prints the
+/// side-by-side table and the targets.
+pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
+    eprintln!("starting a single server, a Sentinel group (primary, 2 replicas, 3 Sentinels) and a 6-node cluster...");
+    let (single, group, cluster) = tokio::task::spawn_blocking(|| {
+        Ok::<_, std::io::Error>((
+            RedisServer::start()?,
+            SentinelGroup::start()?,
+            RedisCluster::start()?,
+        ))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("cannot start the deployments: {e}"))?;
+    let urls = [
+        single.url(),
+        format!(
+            "redis+sentinel://{}/{}",
+            group.sentinel_addrs().join(","),
+            group.master_name()
+        ),
+        format!("redis+cluster://{}", cluster.addrs().join(",")),
+    ];
+    let stats = [
+        vec![single.url()],
+        vec![group.primary_url()],
+        cluster
+            .primaries()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|i| cluster.nodes()[i].url())
+            .collect(),
+    ];
+    println!(
+        "locksmith bench --topologies: {} tasks, {:?} per phase, {} CPUs; replica acknowledgement off unless said",
+        args.tasks,
+        args.duration,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+
+    let mut rows = Vec::new();
+    let mut benches = Vec::new();
+    for ((label, url), stats) in ["single", "sentinel", "cluster"]
+        .into_iter()
+        .zip(&urls)
+        .zip(&stats)
+    {
+        let bench = bench_on(url, stats, Some(0), &args).await?;
+        let uncontended = bench.uncontended(bench.locksmith().await?).await?;
+        super::progress(&uncontended);
+        let contended = bench.contended(bench.locksmith().await?).await?;
+        super::progress(&contended);
+        let client = bench.locksmith().await?;
+        let local = bench.handoff(client.clone(), client).await?;
+        let cross = bench
+            .handoff(bench.locksmith().await?, bench.locksmith().await?)
+            .await?;
+        eprintln!("  done: {label} hand-offs");
+        rows.push(Row {
+            label,
+            uncontended,
+            contended,
+            local,
+            cross,
+        });
+        benches.push(bench);
+    }
+    // The cost of WAIT where there are replicas.
+    let mut waits = Vec::new();
+    for (i, label) in [(1, "sentinel"), (2, "cluster")] {
+        let acked = bench_on(&urls[i], &stats[i], Some(1), &args).await?;
+        let phase = acked.uncontended(acked.locksmith().await?).await?;
+        super::progress(&phase);
+        waits.push((label, rows[i].uncontended.rate(), phase));
+    }
+
+    println!();
+    println!(
+        "{:<10} {:>14} {:>14} {:>10} {:>9} {:>18} {:>18}",
+        "topology",
+        "uncontended/s",
+        "contended/s",
+        "lock cmd",
+        "check",
+        "hand-off local",
+        "hand-off x-client"
+    );
+    for row in &rows {
+        println!(
+            "{:<10} {:>14.0} {:>14.0} {:>10.3} {:>9} {:>11.1?} {:>4.2}x {:>11.1?} {:>4.2}x",
+            row.label,
+            row.uncontended.rate(),
+            row.contended.rate(),
+            row.contended.lock_cmds,
+            if row.contended.check == "counter exact" {
+                "exact"
+            } else {
+                "WRONG"
+            },
+            row.local.handoffs.p50(),
+            ratio(row.local.handoffs.p50(), row.local.pings.p50()),
+            row.cross.handoffs.p50(),
+            ratio(row.cross.handoffs.p50(), row.cross.pings.p50()),
+        );
+    }
+    println!(
+        "lock cmd: commands the client sent to lock and unlock per contended acquisition (all primaries); \
+         hand-off: median release-to-grant, and in PING round trips"
+    );
+    for row in &rows {
+        println!("  {:<10} contended: {}", row.label, row.contended.detail);
+    }
+    println!("\nReplica acknowledgement (WAIT 1 after every grant, renewal and release), uncontended pairs/s:");
+    for (label, off, phase) in &waits {
+        println!(
+            "  {label:<10} off {off:>9.0}/s   on {:>9.0}/s   = {:.2}x   ({})",
+            phase.rate(),
+            phase.rate() / off.max(1e-9),
+            phase.detail
+        );
+    }
+
+    let single = &rows[0];
+    let mut targets = vec![(
+        rows[2].uncontended.rate() >= 0.8 * single.uncontended.rate(),
+        format!(
+            "cluster uncontended >= 0.8x single: {:.2}x",
+            rows[2].uncontended.rate() / single.uncontended.rate().max(1e-9)
+        ),
+    )];
+    for row in &rows {
+        targets.push((
+            row.handoff_rtts() < 2.0,
+            format!(
+                "{} median hand-off < 2 PING RTTs (worse of local and cross-client): {:.2}",
+                row.label,
+                row.handoff_rtts()
+            ),
+        ));
+        targets.push((
+            row.contended.check == "counter exact",
+            format!(
+                "{} contended counter exact: {}",
+                row.label, row.contended.check
+            ),
+        ));
+    }
+    for row in &rows[1..] {
+        // Command counts vary by a few hundredths from run to run (how
+        // often a waiter re-checks); 0.05 per acquisition is that noise.
+        targets.push((
+            row.contended.lock_cmds <= single.contended.lock_cmds + 0.05,
+            format!(
+                "{} lock commands per contended acquisition <= single's (+0.05): {:.3} vs {:.3}",
+                row.label, row.contended.lock_cmds, single.contended.lock_cmds
+            ),
+        ));
+    }
+    println!("\nTargets:");
+    for (pass, text) in &targets {
+        println!("  [{}] {text}", if *pass { "PASS" } else { "FAIL" });
+    }
+    let failed = targets.iter().filter(|(pass, _)| !pass).count();
+    println!("{} passed, {failed} missed", targets.len() - failed);
+    drop((single, group, cluster));
+    Ok(())
+}
+
+/// A [`Bench`] on `url`, reading command counts from the nodes at `stats`.
+async fn bench_on(
+    url: &str,
+    stats: &[String],
+    acks: Option<u32>,
+    args: &BenchArgs,
+) -> Result<Bench, String> {
+    let mut nodes = Vec::new();
+    for node in stats {
+        nodes.push(connect(node).await.map_err(|e| e.to_string())?);
+    }
+    Bench::on(url, nodes, acks, args.clone())
+        .await
+        .map_err(|e| e.to_string())
+}
