@@ -6,8 +6,10 @@
 //! that names its lock owners the way Redisson does, and the defaults
 //! primitives start from.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -16,16 +18,17 @@ use uuid::Uuid;
 
 use crate::batch::{Acks, Batcher};
 use crate::error::{Error, Result};
-use crate::lock::Handoffs;
 use crate::notify::{HubTimeouts, NotifyHub};
 use crate::renewal::Renewer;
-use crate::scripts;
 use crate::subscriber::Source;
-use crate::topology::{self, Address, Conn, Timing};
+use crate::topology::{
+    self, check_deployment, explain_connect, replica_acks, server_major_version, Address, Conn,
+    Timing,
+};
 
 /// The longest timeout or check period a client accepts: a day. Longer
 /// values are mistakes (and would overflow clock arithmetic).
-const MAX_PERIOD: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(86_400);
 
 /// Options for a [`Client`], set through [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -313,10 +316,8 @@ impl ClientBuilder {
                     },
                 ),
                 renewer: Renewer::new(conn.clone(), acks),
-                acquire_batch: Batcher::new(&scripts::LOCK_ACQUIRE, conn.clone(), acks),
-                release_batch: Batcher::new(&scripts::LOCK_RELEASE, conn.clone(), acks),
                 acks,
-                handoffs: Handoffs::new(config.max_local_handoffs),
+                rooms: Mutex::new(HashMap::new()),
                 topology: match conn {
                     Conn::Single(_) => Topology::Single,
                     Conn::Sentinel(_) => Topology::Sentinel,
@@ -380,155 +381,6 @@ pub enum Topology {
     Cluster,
 }
 
-/// Turns a failed first connection into an error that says what to fix.
-fn explain_connect(address: &Address, err: Error) -> Error {
-    let Error::Connect { addr, source } = err else {
-        return err;
-    };
-    let text = source.to_string();
-    if matches!(address, Address::Cluster { .. })
-        && (text.contains("cluster support disabled") || text.contains("ERR This instance"))
-    {
-        return Error::invalid(format!(
-            "{addr} is a standalone server, not a cluster node: use redis://host:port for it"
-        ));
-    }
-    Error::Connect { addr, source }
-}
-
-/// Checks that the deployment is what the URL says and is usable: a
-/// `redis://` URL must not point at a cluster node (every command would be
-/// redirected), and a cluster must serve all of its slots.
-async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
-    let describe = address.describe();
-    let mut conn = conn.clone();
-    let info = |text: &str, field: &str| -> Option<String> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
-    };
-    match address {
-        Address::Cluster { .. } => {
-            let text: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| Error::Connect {
-                    addr: describe.clone(),
-                    source,
-                })?;
-            let assigned = info(&text, "cluster_slots_assigned").unwrap_or_default();
-            let state = info(&text, "cluster_state").unwrap_or_default();
-            if assigned != "16384" || state != "ok" {
-                return Err(Error::invalid(format!(
-                    "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
-                )));
-            }
-        }
-        _ => {
-            let text: String = redis::cmd("INFO")
-                .arg("cluster")
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| Error::Connect {
-                    addr: describe.clone(),
-                    source,
-                })?;
-            if info(&text, "cluster_enabled").as_deref() == Some("1") {
-                return Err(Error::invalid(format!(
-                    "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Resolves the replica acknowledgement policy against the deployment:
-/// the fewest replicas any primary has (`connected_slaves`) decides the
-/// default, and caps what may be asked for.
-async fn replica_acks(
-    address: &Address,
-    conn: &Conn,
-    wanted: Option<Acks>,
-    command_timeout: Duration,
-) -> Result<Acks> {
-    if wanted.is_some_and(|a| a.min == 0) {
-        return Ok(Acks::default());
-    }
-    let mut conn = conn.clone();
-    let reply: Value = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut conn)
-        .await
-        .map_err(Error::Redis)?;
-    let texts: Vec<String> = match reply {
-        Value::Map(nodes) => nodes
-            .into_iter()
-            .filter_map(|(_, v)| redis::from_redis_value(v).ok())
-            .collect(),
-        other => vec![redis::from_redis_value(other).unwrap_or_default()],
-    };
-    let replicas = texts
-        .iter()
-        .map(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("connected_slaves:"))
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .unwrap_or(0)
-        })
-        .min()
-        .unwrap_or(0);
-    match wanted {
-        // WAIT travels with the call it follows, so it must leave that
-        // call room within the command timeout.
-        None if replicas > 0 => Ok(Acks {
-            min: 1,
-            timeout: ClientBuilder::DEFAULT_REPLICA_ACK_TIMEOUT.min(command_timeout / 2),
-        }),
-        None => Ok(Acks::default()),
-        Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {
-            Err(Error::invalid(format!(
-                "replica_acks timeout must be at least 1 ms and shorter than the command timeout ({command_timeout:?}), got {:?}",
-                acks.timeout
-            )))
-        }
-        Some(acks) if acks.min > replicas => Err(Error::invalid(format!(
-            "replica_acks asks for {} acknowledgement(s) but {} has {replicas} connected replica(s){}: lower the minimum, or pass 0 to turn acknowledgement off",
-            acks.min,
-            address.describe(),
-            if matches!(address, Address::Cluster { .. }) { " on its smallest shard" } else { "" },
-        ))),
-        Some(acks) => Ok(acks),
-    }
-}
-
-/// The text of an `INFO` reply; on a cluster, where redis-rs asks every
-/// primary and answers with a map by node, the first node's.
-fn info_text(reply: Value) -> String {
-    let value = match reply {
-        Value::Map(mut nodes) if !nodes.is_empty() => nodes.swap_remove(0).1,
-        other => other,
-    };
-    redis::from_redis_value::<String>(value).unwrap_or_default()
-}
-
-/// The major version of the server `conn` reaches (a random node on a
-/// cluster; the nodes of one cluster run one version).
-async fn server_major_version(conn: &Conn) -> Result<u32> {
-    let mut conn = conn.clone();
-    let reply: Value = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await
-        .map_err(Error::Redis)?;
-    Ok(info_text(reply)
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next()?.parse().ok())
-        .unwrap_or(0))
-}
-
 /// A handle to one Redis deployment; cheap to clone, all clones share the
 /// same connection and identity.
 ///
@@ -562,12 +414,9 @@ struct Inner {
     hub: NotifyHub,
     /// The watchdog renewing this client's leases.
     renewer: Renewer,
-    /// Coalesces concurrent lock acquires into shared script calls.
-    acquire_batch: Batcher,
-    /// Coalesces concurrent lock releases into shared script calls.
-    release_batch: Batcher,
-    /// Waiters parked for local hand-off, by lock name.
-    handoffs: Handoffs,
+    /// Each primitive's client-wide state (its script batchers, registries),
+    /// by type, made on first use; see [`Client::room`].
+    rooms: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure (and follows failovers and slot moves, see `topology.rs`).
     conn: Conn,
@@ -698,32 +547,27 @@ impl Client {
         self.inner.renewer.ensure_running();
     }
 
-    /// The acquire-script batcher.
-    pub(crate) fn acquire_batch(&self) -> &Batcher {
-        &self.inner.acquire_batch
+    /// The client-wide state of one primitive kind (its room): made by
+    /// `make` the first time it is asked for, then shared by every handle
+    /// of that kind. A primitive keeps its batchers and registries here, so
+    /// adding a primitive never edits the client. `make` must not ask for a
+    /// room itself.
+    pub(crate) fn room<T: Any + Send + Sync>(&self, make: impl FnOnce(&Client) -> T) -> Arc<T> {
+        let mut rooms = self.inner.rooms.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(room) = rooms.get(&TypeId::of::<T>()) {
+            if let Ok(room) = room.clone().downcast::<T>() {
+                return room;
+            }
+        }
+        let room = Arc::new(make(self));
+        rooms.insert(TypeId::of::<T>(), room.clone());
+        room
     }
 
-    /// The release-script batcher.
-    pub(crate) fn release_batch(&self) -> &Batcher {
-        &self.inner.release_batch
-    }
-
-    /// The local hand-off registry.
-    pub(crate) fn handoffs(&self) -> &Handoffs {
-        &self.inner.handoffs
-    }
-
-    /// Number of lock waiters parked for local hand-off, for diagnostics
-    /// and tests.
-    pub fn parked_waiter_count(&self) -> usize {
-        self.inner.handoffs.len()
-    }
-
-    /// Number of locks this client has handed from one of its owners
-    /// straight to another (see [`ClientBuilder::max_local_handoffs`]), for
-    /// diagnostics and tests.
-    pub fn local_handoff_count(&self) -> u64 {
-        self.inner.handoffs.completed()
+    /// A batcher of `script` on this client's connection, waiting for the
+    /// client's replica acknowledgements.
+    pub(crate) fn batcher(&self, script: &'static std::sync::LazyLock<redis::Script>) -> Batcher {
+        Batcher::new(script, self.inner.conn.clone(), self.inner.acks)
     }
 
     /// Number of pub/sub channels this client is subscribed to (or

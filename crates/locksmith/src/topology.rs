@@ -26,6 +26,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture, Value};
+
+use crate::batch::Acks;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -594,6 +596,155 @@ fn sentinel_error(describe: &str, source: redis::RedisError) -> Error {
         ),
         source,
     }
+}
+
+/// Turns a failed first connection into an error that says what to fix.
+pub(crate) fn explain_connect(address: &Address, err: Error) -> Error {
+    let Error::Connect { addr, source } = err else {
+        return err;
+    };
+    let text = source.to_string();
+    if matches!(address, Address::Cluster { .. })
+        && (text.contains("cluster support disabled") || text.contains("ERR This instance"))
+    {
+        return Error::invalid(format!(
+            "{addr} is a standalone server, not a cluster node: use redis://host:port for it"
+        ));
+    }
+    Error::Connect { addr, source }
+}
+
+/// Checks that the deployment is what the URL says and is usable: a
+/// `redis://` URL must not point at a cluster node (every command would be
+/// redirected), and a cluster must serve all of its slots.
+pub(crate) async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
+    let describe = address.describe();
+    let mut conn = conn.clone();
+    let info = |text: &str, field: &str| -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    match address {
+        Address::Cluster { .. } => {
+            let text: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: describe.clone(),
+                    source,
+                })?;
+            let assigned = info(&text, "cluster_slots_assigned").unwrap_or_default();
+            let state = info(&text, "cluster_state").unwrap_or_default();
+            if assigned != "16384" || state != "ok" {
+                return Err(Error::invalid(format!(
+                    "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
+                )));
+            }
+        }
+        _ => {
+            let text: String = redis::cmd("INFO")
+                .arg("cluster")
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: describe.clone(),
+                    source,
+                })?;
+            if info(&text, "cluster_enabled").as_deref() == Some("1") {
+                return Err(Error::invalid(format!(
+                    "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolves the replica acknowledgement policy against the deployment:
+/// the fewest replicas any primary has (`connected_slaves`) decides the
+/// default, and caps what may be asked for.
+pub(crate) async fn replica_acks(
+    address: &Address,
+    conn: &Conn,
+    wanted: Option<Acks>,
+    command_timeout: Duration,
+) -> Result<Acks> {
+    if wanted.is_some_and(|a| a.min == 0) {
+        return Ok(Acks::default());
+    }
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    let texts: Vec<String> = match reply {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .filter_map(|(_, v)| redis::from_redis_value(v).ok())
+            .collect(),
+        other => vec![redis::from_redis_value(other).unwrap_or_default()],
+    };
+    let replicas = texts
+        .iter()
+        .map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        })
+        .min()
+        .unwrap_or(0);
+    match wanted {
+        // WAIT travels with the call it follows, so it must leave that
+        // call room within the command timeout.
+        None if replicas > 0 => Ok(Acks {
+            min: 1,
+            timeout: crate::ClientBuilder::DEFAULT_REPLICA_ACK_TIMEOUT.min(command_timeout / 2),
+        }),
+        None => Ok(Acks::default()),
+        Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {
+            Err(Error::invalid(format!(
+                "replica_acks timeout must be at least 1 ms and shorter than the command timeout ({command_timeout:?}), got {:?}",
+                acks.timeout
+            )))
+        }
+        Some(acks) if acks.min > replicas => Err(Error::invalid(format!(
+            "replica_acks asks for {} acknowledgement(s) but {} has {replicas} connected replica(s){}: lower the minimum, or pass 0 to turn acknowledgement off",
+            acks.min,
+            address.describe(),
+            if matches!(address, Address::Cluster { .. }) { " on its smallest shard" } else { "" },
+        ))),
+        Some(acks) => Ok(acks),
+    }
+}
+
+/// The text of an `INFO` reply; on a cluster, where redis-rs asks every
+/// primary and answers with a map by node, the first node's.
+fn info_text(reply: Value) -> String {
+    let value = match reply {
+        Value::Map(mut nodes) if !nodes.is_empty() => nodes.swap_remove(0).1,
+        other => other,
+    };
+    redis::from_redis_value::<String>(value).unwrap_or_default()
+}
+
+/// The major version of the server `conn` reaches (a random node on a
+/// cluster; the nodes of one cluster run one version).
+pub(crate) async fn server_major_version(conn: &Conn) -> Result<u32> {
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    Ok(info_text(reply)
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok())
+        .unwrap_or(0))
 }
 
 #[cfg(test)]

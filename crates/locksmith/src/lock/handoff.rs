@@ -227,7 +227,7 @@ impl TicketGuard {
             state: Mutex::new(State::Open),
             notify: Notify::new(),
         });
-        let handoffs = lock.shared.client.handoffs();
+        let handoffs = &lock.shared.room.handoffs;
         handoffs
             .registry()
             .queues
@@ -281,7 +281,7 @@ impl Drop for TicketGuard {
     fn drop(&mut self) {
         let lock = &self.ticket.lock;
         {
-            let mut registry = lock.shared.client.handoffs().registry();
+            let mut registry = lock.shared.room.handoffs.registry();
             if let Some(queue) = registry.queues.get_mut(&*lock.shared.name) {
                 queue.retain(|t| !Arc::ptr_eq(t, &self.ticket));
                 if queue.is_empty() {
@@ -349,8 +349,8 @@ impl Offer {
     fn grant(mut self, guard: LockGuard) {
         self.successor
             .shared
-            .client
-            .handoffs()
+            .room
+            .handoffs
             .completed
             .fetch_add(1, Ordering::Relaxed);
         // Unlock the successor's state first: releasing an unwanted guard

@@ -10,26 +10,28 @@
 
 mod guard;
 mod handoff;
+mod release;
 mod simple;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::batch::{Arg, Call};
+use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::renewal::{Hold, Ownership, Registration};
 use crate::{keys, scripts, validate};
 
 pub use guard::LockGuard;
-pub(crate) use handoff::Handoffs;
+use handoff::Handoffs;
 pub use simple::SimpleLock;
 
-use handoff::{Claim, Offer, TicketGuard};
+use handoff::{Claim, TicketGuard};
+use release::{forget, release_locked, PendingRelease, Rollback};
 
 /// Attempts per script call when the reply is lost (timeout or dropped
 /// connection). Resending is safe because the scripts are idempotent.
@@ -70,11 +72,36 @@ pub struct Lock {
     lease: Option<Duration>,
 }
 
+/// What every reentrant lock of one client shares: its script batchers and
+/// its local hand-off registry. Lives in the client as the lock's room (see
+/// [`Client::room`]), made on the first `client.lock(...)`.
+#[derive(Debug)]
+pub(crate) struct LockRoom {
+    /// Coalesces concurrent acquires into shared script calls.
+    acquire: Batcher,
+    /// Coalesces concurrent releases into shared script calls.
+    release: Batcher,
+    /// Waiters parked for local hand-off, by lock name.
+    handoffs: Handoffs,
+}
+
+impl LockRoom {
+    fn new(client: &Client) -> Self {
+        LockRoom {
+            acquire: client.batcher(&scripts::LOCK_ACQUIRE),
+            release: client.batcher(&scripts::LOCK_RELEASE),
+            handoffs: Handoffs::new(client.config().max_local_handoffs),
+        }
+    }
+}
+
 /// What clones of a [`Lock`] share.
 #[derive(Debug)]
 struct Shared {
     /// The client the lock lives in.
     client: Client,
+    /// The client's state for all its reentrant locks.
+    room: Arc<LockRoom>,
     /// The lock name: also the key of the lock hash. Shared (`Arc`) with
     /// the script calls that carry it, so a call copies no names.
     name: Arc<str>,
@@ -127,6 +154,21 @@ impl LockInfo {
 }
 
 impl Client {
+    /// Number of lock waiters parked for local hand-off, for diagnostics
+    /// and tests.
+    pub fn parked_waiter_count(&self) -> usize {
+        self.room(LockRoom::new).handoffs.len()
+    }
+
+    /// Number of locks this client has handed from one of its owners
+    /// straight to another (see [`ClientBuilder::max_local_handoffs`]), for
+    /// diagnostics and tests.
+    ///
+    /// [`ClientBuilder::max_local_handoffs`]: crate::ClientBuilder::max_local_handoffs
+    pub fn local_handoff_count(&self) -> u64 {
+        self.room(LockRoom::new).handoffs.completed()
+    }
+
     /// A handle on the reentrant lock `name`, with a new owner.
     ///
     /// # Errors
@@ -139,6 +181,7 @@ impl Client {
         Ok(Lock {
             shared: Arc::new(Shared {
                 client: self.clone(),
+                room: self.room(LockRoom::new),
                 token_key: keys::lock_token(&name).into(),
                 channel: keys::lock_channel(&name).into(),
                 owner: format!("{}:{holder}", self.id().hyphenated()).into(),
@@ -433,12 +476,7 @@ impl Lock {
     /// [`Lock::attempt`], after holding back while this client yields the
     /// lock to other clients (see [`handoff`]); never past `deadline`.
     async fn attempt_unless_yielding(&self, deadline: Option<Instant>) -> Result<Attempt> {
-        if let Some(mut until) = self
-            .shared
-            .client
-            .handoffs()
-            .yielding_until(&self.shared.name)
-        {
+        if let Some(mut until) = self.shared.room.handoffs.yielding_until(&self.shared.name) {
             if self.holds_nothing() {
                 if let Some(d) = deadline {
                     until = until.min(d);
@@ -500,8 +538,10 @@ impl Lock {
             let sent_at = Instant::now();
             let (tracker, tracked) = crate::batch::tracker();
             rollback.after = Some(tracked);
-            let reply = client
-                .acquire_batch()
+            let reply = self
+                .shared
+                .room
+                .acquire
                 .call(call.clone(), Some(tracker))
                 .await;
             match reply {
@@ -666,514 +706,4 @@ async fn force_unlock(client: &Client, name: &str, channel: &str) -> Result<bool
         .arg(client.notify_mode().code());
     let deleted: i64 = client.invoke(&invocation, name).await?;
     Ok(deleted == 1)
-}
-
-/// Forgets this owner's hold locally (it was released, or lost): count
-/// zero, no watchdog entry. Marks the lease lost if it was still live.
-fn forget(state: &mut HoldState) {
-    state.count = 0;
-    if let Some(reg) = state.registration.take() {
-        reg.state().mark_lost();
-    }
-}
-
-/// What the release script is asked to do, and what a resend must repeat.
-#[derive(Clone)]
-struct ReleaseCall {
-    /// KEYS and ARGV of one request.
-    call: Call,
-    /// The lease a remaining hold is re-armed to.
-    lease: Duration,
-    /// The hold count sent.
-    expected: u32,
-}
-
-impl ReleaseCall {
-    fn new(shared: &Shared, lease: Duration, expected: u32, successor: Option<&Offer>) -> Self {
-        let (successor, successor_lease, if_alone) = match successor {
-            Some(offer) => (
-                Arg::Text(offer.lock().shared.owner.clone()),
-                offer.lock().lease().as_millis() as u64,
-                offer.if_alone(),
-            ),
-            None => (Arg::Static(""), 0, false),
-        };
-        ReleaseCall {
-            call: Call::new(
-                3,
-                [
-                    Arg::Text(shared.name.clone()),
-                    Arg::Text(shared.channel.clone()),
-                    Arg::Text(shared.token_key.clone()),
-                    Arg::Int(lease.as_millis() as u64),
-                    Arg::Text(shared.owner.clone()),
-                    Arg::Int(u64::from(expected)),
-                    Arg::Static(keys::UNLOCK_MESSAGE),
-                    successor,
-                    Arg::Int(successor_lease),
-                    Arg::Static(if if_alone { "1" } else { "0" }),
-                    Arg::Static(shared.client.notify_mode().code()),
-                ],
-            ),
-            lease,
-            expected,
-        }
-    }
-
-    async fn send(
-        &self,
-        client: &Client,
-        tracker: Option<crate::batch::Tracker>,
-    ) -> redis::RedisResult<(i64, i64)> {
-        let (reply, acked) = client
-            .release_batch()
-            .call(self.call.clone(), tracker)
-            .await?;
-        if client.acks().short(acked) {
-            // The release stands on the primary; a failover before the
-            // replicas catch up could bring the hold back until its lease
-            // ends. Nothing to undo: say so.
-            tracing::warn!(
-                acked = acked.unwrap_or(0),
-                wanted = client.acks().min,
-                "release acknowledged by too few replicas"
-            );
-        }
-        Ok(reply)
-    }
-}
-
-/// Facts about a release's sends that decide how to read its answer.
-#[derive(Clone, Copy)]
-struct Sends {
-    /// When the first send of this release went out.
-    first: Instant,
-    /// When the send that was answered went out.
-    answered: Instant,
-    /// An earlier send of the same release may have landed.
-    resent: bool,
-    /// The lease was already known lost before the first send.
-    lost_before: bool,
-}
-
-/// A release started by a future that was dropped before it held the
-/// owner's state: the release is sent from a background task instead.
-struct PendingRelease(Option<Lock>);
-
-impl Drop for PendingRelease {
-    fn drop(&mut self) {
-        let Some(lock) = self.0.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let state = lock.shared.state.clone().lock_owned().await;
-            let result =
-                release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
-            tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
-        });
-    }
-}
-
-/// A release call on the wire, holding the owner's state. Resolved, it
-/// hands the state back; dropped unresolved (the releasing future was
-/// cancelled mid-call, or its runtime is ending), it finishes the release
-/// in the background ([`settle`]) once the call in flight has settled, so
-/// the owner's next call never sees a count the server no longer has.
-struct InFlight {
-    /// Whose release.
-    shared: Arc<Shared>,
-    /// The owner's state; `None` once resolved.
-    state: Option<OwnedMutexGuard<HoldState>>,
-    /// The same release without a successor: what a background resend
-    /// sends.
-    plain: ReleaseCall,
-    /// What was sent so far.
-    sends: Sends,
-    /// Settles once the latest send can no longer reach Redis.
-    after: Option<crate::batch::Tracked>,
-    /// End of the hold when the owner has no watchdog registration (the
-    /// rollback of a first grant): how long a background resend may try.
-    until: Instant,
-}
-
-impl InFlight {
-    /// The answer is in: take the owner's state back (disarms the drop).
-    fn resolve(&mut self) -> Option<OwnedMutexGuard<HoldState>> {
-        self.state.take()
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            let mut sends = self.sends;
-            sends.resent = true;
-            spawn_settle(
-                self.shared.clone(),
-                state,
-                self.plain.clone(),
-                sends,
-                self.after.take(),
-                self.until,
-            );
-        }
-    }
-}
-
-/// The release script, resent on a lost reply, with the owner's state
-/// locked. Updates the local state from the answer. With `handoff`, a
-/// final release grants the lock to a parked waiter of this client if
-/// there is one (see [`handoff`]). `until` bounds background resends when
-/// the owner has no watchdog registration.
-///
-/// If no answer comes (Redis unreachable after the resends), or the future
-/// is dropped mid-call, the owner's state goes to a background task that
-/// keeps resending until Redis answers or the hold's lease is over (see
-/// [`settle`]); a final release stops the watchdog at once, so the lease
-/// runs out by itself even if Redis never answers again. An error answer
-/// (Redis refused the script) gives the hold up locally: the watchdog stops
-/// and the lease runs out.
-async fn release_locked(
-    shared: &Arc<Shared>,
-    state: OwnedMutexGuard<HoldState>,
-    lease: Duration,
-    handoff: bool,
-    until: Instant,
-) -> Result<()> {
-    let expected = state.count;
-    if expected == 0 {
-        return Err(Error::NotHeld {
-            name: shared.name.to_string(),
-        });
-    }
-    let client = &shared.client;
-    client.ensure_background();
-    let lost_before = state
-        .registration
-        .as_ref()
-        .is_none_or(|reg| reg.state().is_lost());
-    let mut offer = if handoff && expected == 1 && !lost_before {
-        client.handoffs().offer(&shared.name)
-    } else {
-        None
-    };
-    let yielding = offer.as_ref().is_some_and(Offer::if_alone);
-    if yielding {
-        // Past the streak limit this release may free the lock for the
-        // other clients: hold this client's waiters back from before the
-        // release message can reach them (shortened once the answer is in).
-        client
-            .handoffs()
-            .yield_to_others(&shared.name, Instant::now() + YIELD_MAX);
-    }
-    let call = ReleaseCall::new(shared, lease, expected, offer.as_ref());
-    let first = Instant::now();
-    let mut flight = InFlight {
-        shared: shared.clone(),
-        state: Some(state),
-        plain: ReleaseCall::new(shared, lease, expected, None),
-        sends: Sends {
-            first,
-            answered: first,
-            resent: false,
-            lost_before,
-        },
-        after: None,
-        until,
-    };
-    let mut attempt = 0;
-    let (status, value) = loop {
-        attempt += 1;
-        flight.sends.answered = Instant::now();
-        let (tracker, tracked) = crate::batch::tracker();
-        flight.after = Some(tracked);
-        match call.send(client, Some(tracker)).await {
-            Ok(reply) => break reply,
-            Err(e) => {
-                let e = client.map_err(e, Some(&shared.name));
-                let lost_reply = e.is_timeout() || e.is_connection_error();
-                if attempt < ATTEMPTS && lost_reply {
-                    tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
-                    flight.sends.resent = true;
-                    continue;
-                }
-                // Dropping the offer tells the successor the outcome is
-                // unknown; its own idempotent attempt sorts it out.
-                drop(offer);
-                if yielding {
-                    client.handoffs().clear_yield(&shared.name);
-                }
-                if !lost_reply {
-                    // Redis refused the script: nothing was released, and
-                    // resending cannot help. Give the hold up locally.
-                    if let Some(mut state) = flight.resolve() {
-                        forget(&mut state);
-                    }
-                }
-                // Otherwise dropping the flight settles it in the
-                // background.
-                return Err(e);
-            }
-        }
-    };
-    let Some(mut state) = flight.resolve() else {
-        return Err(Error::NotHeld {
-            name: shared.name.to_string(),
-        });
-    };
-    let sends = flight.sends;
-    if yielding {
-        if status == 1 {
-            // Freed for real at the streak limit because other clients
-            // wait: give their woken waiter about two round trips.
-            let pause = (sends.answered.elapsed() * 2).clamp(Duration::from_millis(1), YIELD_MAX);
-            client
-                .handoffs()
-                .yield_to_others(&shared.name, sends.answered + pause);
-        } else {
-            client.handoffs().clear_yield(&shared.name);
-        }
-    }
-    match (status, offer.take()) {
-        (3, Some(offer)) => {
-            state.count = 0;
-            state.registration = None;
-            // The successor's lease was set by the send that handed off:
-            // the last one, or (after a resend) at the latest the first.
-            offer.complete(
-                value,
-                if sends.resent {
-                    sends.first
-                } else {
-                    sends.answered
-                },
-            );
-            metrics::counter!("locksmith_lock_handoffs_total").increment(1);
-            return Ok(());
-        }
-        (_, Some(offer)) => offer.decline(false),
-        (_, None) => {}
-    }
-    apply_release(shared, &mut state, &call, status, value, sends)
-}
-
-/// The longest this client's waiters hold back after a release forced by
-/// the hand-off streak limit.
-const YIELD_MAX: Duration = Duration::from_millis(50);
-
-/// Applies a release answer to the owner's state.
-fn apply_release(
-    shared: &Shared,
-    state: &mut HoldState,
-    call: &ReleaseCall,
-    status: i64,
-    value: i64,
-    sends: Sends,
-) -> Result<()> {
-    let not_held = || Error::NotHeld {
-        name: shared.name.to_string(),
-    };
-    match status {
-        1 | 3 => {
-            if status == 1 {
-                shared.client.handoffs().freed(&shared.name);
-            }
-            state.count = 0;
-            state.registration = None;
-            Ok(())
-        }
-        // One hold released now; the lease was re-armed by this send.
-        2 => {
-            state.count = u32::try_from(value).unwrap_or(0);
-            if let Some(reg) = &state.registration {
-                reg.rearmed(sends.answered, call.lease);
-            }
-            Ok(())
-        }
-        // Nothing changed now. After a resend the first send did it (and
-        // re-armed the lease then); otherwise the hold it would undo was
-        // never there (a rollback of an acquire that did not land).
-        4 => {
-            state.count = u32::try_from(value).unwrap_or(0);
-            if let (true, Some(reg)) = (sends.resent, &state.registration) {
-                reg.maybe_rearmed(sends.first, call.lease);
-            }
-            Ok(())
-        }
-        // Gone after a resend of the final release: the first send freed
-        // it, unless the lease was already lost before it went out.
-        0 if sends.resent && call.expected == 1 && value == 0 && !sends.lost_before => {
-            shared.client.handoffs().freed(&shared.name);
-            state.count = 0;
-            state.registration = None;
-            Ok(())
-        }
-        _ => {
-            forget(state);
-            Err(not_held())
-        }
-    }
-}
-
-/// Hands a release whose outcome is unknown to a background task (see
-/// [`settle`]), started once `after` (the call in flight) has settled.
-/// `until` is the end of the hold if the owner has no registration.
-fn spawn_settle(
-    shared: Arc<Shared>,
-    mut state: OwnedMutexGuard<HoldState>,
-    call: ReleaseCall,
-    sends: Sends,
-    after: Option<crate::batch::Tracked>,
-    until: Instant,
-) {
-    // Until the deadline of the hold the lease may still be on the server.
-    let deadline = state
-        .registration
-        .as_ref()
-        .map_or(until, |reg| reg.state().deadline());
-    if call.expected == 1 {
-        // The owner let go: stop renewing at once, so the lease runs out by
-        // itself whatever becomes of the resends.
-        state.registration = None;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        forget(&mut state);
-        return;
-    };
-    let settling = Settling(Some(state));
-    runtime.spawn(async move {
-        if let Some(after) = after {
-            after.settled().await;
-        }
-        settle(shared, settling, call, sends, deadline).await;
-    });
-}
-
-/// The owner's state held by a background task. If the task is dropped
-/// before it finishes (its runtime ended), the hold is forgotten rather
-/// than left with a count the server may not have.
-struct Settling(Option<OwnedMutexGuard<HoldState>>);
-
-impl Drop for Settling {
-    fn drop(&mut self) {
-        if let Some(mut state) = self.0.take() {
-            forget(&mut state);
-        }
-    }
-}
-
-/// Resends a release whose answer never came until Redis answers, keeping
-/// the owner's state locked so no other call of the owner interleaves
-/// (its next acquire or release waits, then sees the true count).
-///
-/// Gives up when the hold is over: for a final release at the lease's
-/// local deadline (the lease runs out on the server right after), for an
-/// inner one when the remaining hold is lost; also when Redis answers with
-/// an error (it refused the script: resending cannot help). The owner's
-/// state is then reset to nothing held, so the handle works again
-/// afterwards.
-async fn settle(
-    shared: Arc<Shared>,
-    mut settling: Settling,
-    call: ReleaseCall,
-    mut sends: Sends,
-    deadline: Instant,
-) {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        let Some(state) = settling.0.as_mut() else {
-            return;
-        };
-        let over = if call.expected == 1 {
-            Instant::now() >= deadline
-        } else {
-            state
-                .registration
-                .as_ref()
-                .is_none_or(|reg| reg.state().is_lost())
-        };
-        if over {
-            tracing::warn!(lock = %shared.name, "release not confirmed before the lease ended; the lease runs out by itself");
-            return; // Settling's drop forgets the hold.
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(250));
-        sends.answered = Instant::now();
-        match call.send(&shared.client, None).await {
-            Ok((status, value)) => {
-                let Some(mut state) = settling.0.take() else {
-                    return;
-                };
-                let result = apply_release(&shared, &mut state, &call, status, value, sends);
-                tracing::debug!(lock = %shared.name, ?result, "release settled in the background");
-                return;
-            }
-            Err(e) => {
-                let e = shared.client.map_err(e, Some(&shared.name));
-                if !(e.is_timeout() || e.is_connection_error()) {
-                    tracing::warn!(lock = %shared.name, error = %e, "Redis refused a release; the lease runs out by itself");
-                    return; // Settling's drop forgets the hold.
-                }
-            }
-        }
-    }
-}
-
-/// Undoes an acquire whose reply was never read, when the acquiring
-/// future is dropped mid-call.
-struct Rollback {
-    /// Whose hold to undo.
-    shared: Arc<Shared>,
-    /// The owner's state, locked for the duration of the call; handed to the
-    /// rollback task so no other call of this owner interleaves. Taken out
-    /// (disarming the rollback) once the reply is in hand.
-    state: Option<OwnedMutexGuard<HoldState>>,
-    /// The hold count the server has if the grant landed.
-    expected_after: u32,
-    /// Lease to re-arm if holds remain after undoing.
-    lease: Duration,
-    /// Settles once the acquire call being undone can no longer reach
-    /// Redis; the undo is sent only then, so it cannot be overtaken by the
-    /// grant it undoes.
-    after: Option<crate::batch::Tracked>,
-    /// When a grant that landed would expire at the latest: how long the
-    /// undo may keep trying if Redis does not answer.
-    until: Instant,
-}
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        let Some(mut state) = self.state.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            forget(&mut state);
-            return;
-        };
-        let shared = self.shared.clone();
-        let expected_after = self.expected_after;
-        let lease = self.lease;
-        let after = self.after.take();
-        let until = self.until;
-        // Held by the task; if the task is dropped before the undo is sent
-        // (its runtime ended), the hold is forgotten, not left half-known.
-        let mut settling = Settling(Some(state));
-        runtime.spawn(async move {
-            if let Some(after) = after {
-                after.settled().await;
-            }
-            let Some(mut state) = settling.0.take() else {
-                return;
-            };
-            // The release script with the post-grant count undoes a grant
-            // that landed and answers "nothing changed" for one that did
-            // not; either way it leaves the local count at the server's.
-            state.count = expected_after;
-            let result = release_locked(&shared, state, lease, false, until).await;
-            tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
-        });
-    }
 }
