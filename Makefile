@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench doc
+.PHONY: setup test lint fmt demo bench bench-topologies doc
 
 setup:
 	./scripts/setup
@@ -27,3 +27,8 @@ doc:
 
 bench: setup
 	$(CARGO) run --release -p locksmith-cli -- bench
+
+# locksmith's phases on a single server, Sentinel and a Cluster side by
+# side, and the cost of replica acknowledgement (WAIT).
+bench-topologies: setup
+	$(CARGO) run --release -p locksmith-cli -- bench --topologies

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
+use locksmith::NotifyMode;
+
 use crate::common::{setup, Env, Topo};
 
 /// Acquire as RLock does it: nil when acquired, else the PTTL.
@@ -210,4 +212,59 @@ async fn owner_field_has_redissons_shape() {
     assert_eq!(*count, 1);
     assert_eq!(info.fencing_counter, guard.fencing_token());
     guard.release().await.unwrap();
+}
+
+/// On a cluster, [`NotifyMode::Classic`] and [`NotifyMode::Both`] serve
+/// clients that only know classic pub/sub (node-redisson, for one): a
+/// classic Redisson-protocol waiter is woken by our release, and our waiter
+/// is woken by its classic release. ([`NotifyMode::Sharded`], the default,
+/// is what the tests above use on a cluster.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_and_both_notifications_on_a_cluster_reach_classic_clients() {
+    let env = Env::new(Topo::Cluster).await;
+    for mode in [NotifyMode::Classic, NotifyMode::Both] {
+        let client = env
+            .builder(Duration::from_secs(30))
+            .cluster_notify(mode)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(client.notify_mode(), mode);
+        let name = env.name(&format!("classic:{mode:?}"));
+        let mut java = JavaClient::new(&env, &name);
+        java.sharded = false;
+
+        // Our release wakes the classic Java waiter.
+        let guard = client.lock(name.clone()).unwrap().lock().await.unwrap();
+        let java_waiter = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let got = java.lock(Duration::from_secs(20));
+            (got, started.elapsed(), java)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        guard.release().await.unwrap();
+        let (got, waited, java) = java_waiter.await.unwrap();
+        assert!(got, "{mode:?}: the classic waiter acquires");
+        assert!(
+            waited < Duration::from_secs(10),
+            "{mode:?}: waited {waited:?}"
+        );
+
+        // Its classic release wakes our waiter.
+        let lock = client.lock(name.clone()).unwrap();
+        let waiter = tokio::spawn(async move {
+            let started = Instant::now();
+            let got = lock.try_lock_for(Duration::from_secs(20)).await.unwrap();
+            (got, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(java.release(), Some(1));
+        let (got, waited) = waiter.await.unwrap();
+        let got = got.expect("our waiter acquires");
+        assert!(
+            waited < Duration::from_secs(10),
+            "{mode:?}: waited {waited:?}"
+        );
+        got.release().await.unwrap();
+    }
 }
