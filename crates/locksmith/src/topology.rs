@@ -450,7 +450,7 @@ impl SentinelConn {
             let (conn, epoch) = self.current();
             match op(conn).await {
                 Ok(value) => Ok(value),
-                Err(e) if is_readonly(&e) => {
+                Err(e) if is_demoted(&e) => {
                     self.follow(epoch).await;
                     Err(redis::RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
@@ -551,7 +551,7 @@ async fn watch_switches(shared: std::sync::Weak<SentinelShared>, sentinels: Vec<
 
 /// True for the answers a demoted primary gives: a write refused
 /// (`READONLY`), or `WAIT` refused on a replica.
-fn is_readonly(e: &redis::RedisError) -> bool {
+fn is_demoted(e: &redis::RedisError) -> bool {
     let text = e.to_string();
     e.code() == Some("READONLY")
         || text.contains("READONLY")
@@ -619,45 +619,38 @@ pub(crate) fn explain_connect(address: &Address, err: Error) -> Error {
 /// redirected), and a cluster must serve all of its slots.
 pub(crate) async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
     let describe = address.describe();
-    let mut conn = conn.clone();
-    let info = |text: &str, field: &str| -> Option<String> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
+    let cluster = matches!(address, Address::Cluster { .. });
+    // CLUSTER INFO on a cluster (one node answers), INFO cluster elsewhere.
+    let mut query = if cluster {
+        redis::cmd("CLUSTER")
+    } else {
+        redis::cmd("INFO")
     };
-    match address {
-        Address::Cluster { .. } => {
-            let text: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| Error::Connect {
-                    addr: describe.clone(),
-                    source,
-                })?;
-            let assigned = info(&text, "cluster_slots_assigned").unwrap_or_default();
-            let state = info(&text, "cluster_state").unwrap_or_default();
-            if assigned != "16384" || state != "ok" {
-                return Err(Error::invalid(format!(
-                    "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
-                )));
-            }
+    query.arg(if cluster { "INFO" } else { "cluster" });
+    let text: String = query
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|source| Error::Connect {
+            addr: describe.clone(),
+            source,
+        })?;
+    let field = |name: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    if cluster {
+        let (assigned, state) = (field("cluster_slots_assigned"), field("cluster_state"));
+        if assigned != "16384" || state != "ok" {
+            return Err(Error::invalid(format!(
+                "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
+            )));
         }
-        _ => {
-            let text: String = redis::cmd("INFO")
-                .arg("cluster")
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| Error::Connect {
-                    addr: describe.clone(),
-                    source,
-                })?;
-            if info(&text, "cluster_enabled").as_deref() == Some("1") {
-                return Err(Error::invalid(format!(
-                    "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
-                )));
-            }
-        }
+    } else if field("cluster_enabled") == "1" {
+        return Err(Error::invalid(format!(
+            "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
+        )));
     }
     Ok(())
 }
