@@ -36,7 +36,11 @@
 //! waits on [`Tracked::settled`] before undoing: it resolves once the
 //! request can no longer reach Redis ahead of the undo (its call completed
 //! or failed, or it was dropped unsent), so the undo is never overtaken by
-//! the request it undoes.
+//! the request it undoes. A caller whose undo depends on what the request
+//! did (a semaphore acquire gives back only permits it actually took)
+//! uses [`Batcher::call_undoable`] instead: if the caller goes away after
+//! the request was sent, its undo runs with the request's reply as soon as
+//! that reply arrives.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -123,6 +127,43 @@ struct Request {
     reply: oneshot::Sender<RedisResult<(Value, Option<u32>)>>,
     /// Dropped with the request: tells a [`Tracked`] the request is settled.
     _tracker: Option<Tracker>,
+    /// Run with the reply if its caller went away after the request was
+    /// sent (see [`Batcher::call_undoable`]).
+    undo: Option<Undo>,
+}
+
+/// An undo shared by a request and its caller: whichever side finds the
+/// reply unclaimed runs it, exactly once.
+type Undo = Arc<Mutex<Option<Box<dyn FnOnce(Value) + Send>>>>;
+
+fn run_undo(undo: &Undo, reply: Value) {
+    let undo = undo.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(undo) = undo {
+        undo(reply);
+    }
+}
+
+/// The caller's end of a request's reply. Dropped before the reply was
+/// read, it hands an arrived reply to the request's undo (a reply still
+/// on its way goes to the undo from the sending side).
+struct Answer {
+    /// Where the reply arrives.
+    rx: oneshot::Receiver<RedisResult<(Value, Option<u32>)>>,
+    /// The undo, until the reply was read.
+    undo: Option<Undo>,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(undo) = self.undo.take() {
+            // After close() a send fails and the sender runs the undo; a
+            // reply already delivered is taken here.
+            self.rx.close();
+            if let Ok(Ok((reply, _))) = self.rx.try_recv() {
+                run_undo(&undo, reply);
+            }
+        }
+    }
 }
 
 /// Held by a queued request; its drop settles the matching [`Tracked`].
@@ -236,7 +277,37 @@ impl Batcher {
         call: Call,
         tracker: Option<Tracker>,
     ) -> RedisResult<(T, Option<u32>)> {
-        let (reply, answer) = oneshot::channel();
+        self.queue(call, tracker, None).await
+    }
+
+    /// As [`Batcher::call`], for a request whose effect must be undone if
+    /// its caller goes away: when the future is dropped after the request
+    /// was sent, `undo` runs with the request's raw reply once it arrives
+    /// (on the sending task; spawn anything that waits). It does not run
+    /// when the caller read the reply, when the request was withdrawn
+    /// unsent, or when the call failed as a whole (outcome unknown).
+    ///
+    /// Cancel safety: as above, with the undo covering a sent request.
+    pub(crate) async fn call_undoable<T: FromRedisValue>(
+        &self,
+        call: Call,
+        undo: impl FnOnce(Value) + Send + 'static,
+    ) -> RedisResult<(T, Option<u32>)> {
+        let undo: Undo = Arc::new(Mutex::new(Some(Box::new(undo))));
+        self.queue(call, None, Some(undo)).await
+    }
+
+    async fn queue<T: FromRedisValue>(
+        &self,
+        call: Call,
+        tracker: Option<Tracker>,
+        undo: Option<Undo>,
+    ) -> RedisResult<(T, Option<u32>)> {
+        let (reply, rx) = oneshot::channel();
+        let mut answer = Answer {
+            rx,
+            undo: undo.clone(),
+        };
         let shared = self.queue_for(&call);
         let batch = {
             let mut queue = shared.lock();
@@ -244,6 +315,7 @@ impl Batcher {
                 call,
                 reply,
                 _tracker: tracker,
+                undo,
             });
             if queue.in_flight >= MAX_IN_FLIGHT {
                 None
@@ -254,19 +326,24 @@ impl Batcher {
         };
         if let Some(batch) = batch {
             let slot = Outstanding(shared.clone());
-            if batch.len() == 1 {
+            if batch.len() == 1 && batch[0].undo.is_none() {
                 // Only our own request: send it from this task. If this
                 // future is dropped mid-call, only our reply is lost.
                 shared.send(batch).await;
                 drop(slot);
             } else {
+                // Other callers' requests, or an undo that must see the
+                // reply even if this future is dropped: a task sends.
                 tokio::spawn(async move {
                     shared.send(batch).await;
                     drop(slot);
                 });
             }
         }
-        let (value, acked) = answer.await.map_err(|_| gone())??;
+        let received = (&mut answer.rx).await;
+        // The reply (or the news that none will come) is ours: disarm.
+        answer.undo = None;
+        let (value, acked) = received.map_err(|_| gone())??;
         if let Value::Array(items) = &value {
             if let [Value::Int(FAILED), message] = items.as_slice() {
                 return Err(request_error(message));
@@ -387,7 +464,11 @@ impl Shared {
         match reply {
             Ok((replies, acked)) if replies.len() == batch.len() => {
                 for (request, reply) in batch.into_iter().zip(replies) {
-                    let _ = request.reply.send(Ok((reply, acked)));
+                    if let Err(Ok((reply, _))) = request.reply.send(Ok((reply, acked))) {
+                        if let Some(undo) = &request.undo {
+                            run_undo(undo, reply);
+                        }
+                    }
                 }
             }
             Ok((replies, _)) => {

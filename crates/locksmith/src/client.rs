@@ -51,6 +51,10 @@ pub(crate) struct Config {
     /// half-open connection is replaced instead of silently delivering
     /// nothing.
     pub(crate) pubsub_ping_interval: Duration,
+    /// Longest sleep of a semaphore or latch waiter between re-checks when
+    /// no message arrives (pub/sub may lose one; these have no lease to
+    /// bound the wait by).
+    pub(crate) recheck_interval: Duration,
     /// How releases are announced on a cluster; `None` picks what Redisson
     /// does (sharded on Redis 7+, classic before).
     pub(crate) cluster_notify: Option<NotifyMode>,
@@ -68,6 +72,7 @@ impl Default for Config {
             max_name_len: ClientBuilder::DEFAULT_MAX_NAME_LEN,
             max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
             pubsub_ping_interval: ClientBuilder::DEFAULT_PUBSUB_PING_INTERVAL,
+            recheck_interval: ClientBuilder::DEFAULT_RECHECK_INTERVAL,
             cluster_notify: None,
             replica_acks: None,
         }
@@ -119,6 +124,9 @@ impl ClientBuilder {
     pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(1);
     /// Default health-check period of the pub/sub connection: 5 seconds.
     pub const DEFAULT_PUBSUB_PING_INTERVAL: Duration = Duration::from_secs(5);
+    /// Default longest wait between re-checks of a semaphore or latch
+    /// waiter that hears nothing: 1 second.
+    pub const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(1);
 
     /// Starts a builder for the deployment at `url` (see the table above).
     pub fn new(url: impl Into<String>) -> Self {
@@ -183,6 +191,17 @@ impl ClientBuilder {
         self
     }
 
+    /// The longest a semaphore or latch waiter sleeps between re-checks
+    /// when no message arrives (default 1 s). Waiters are woken by pub/sub
+    /// messages, which Redis delivers at most once; a lost one costs a
+    /// waiter at most this long. (Lock waiters are bounded by the holder's
+    /// lease instead.) Shorter values cost one read or acquire attempt per
+    /// waiter per interval.
+    pub fn recheck_interval(mut self, interval: Duration) -> Self {
+        self.config.recheck_interval = interval;
+        self
+    }
+
     /// How lock releases are announced on a Redis Cluster (default: what
     /// Redisson does there: [`NotifyMode::Sharded`] on Redis 7 and later,
     /// [`NotifyMode::Classic`] before). Use [`NotifyMode::Classic`] to share
@@ -242,15 +261,19 @@ impl ClientBuilder {
         if config.connect_timeout.is_zero() || config.command_timeout.is_zero() {
             return Err(Error::invalid("timeouts must be greater than zero"));
         }
-        if config.pubsub_ping_interval.is_zero() {
-            return Err(Error::invalid(
-                "pubsub_ping_interval must be greater than zero",
-            ));
+        for (what, value) in [
+            ("pubsub_ping_interval", config.pubsub_ping_interval),
+            ("recheck_interval", config.recheck_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid(format!("{what} must be greater than zero")));
+            }
         }
         for (what, value) in [
             ("connect_timeout", config.connect_timeout),
             ("command_timeout", config.command_timeout),
             ("pubsub_ping_interval", config.pubsub_ping_interval),
+            ("recheck_interval", config.recheck_interval),
         ] {
             if value > MAX_PERIOD {
                 return Err(Error::invalid(format!(

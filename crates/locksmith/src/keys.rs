@@ -23,6 +23,20 @@ pub(crate) fn lock_token(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// The channel a semaphore's permit changes are announced on (the message
+/// is the new number of available permits).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed("redisson_sc", name)
+}
+
+/// The channel a count-down latch announces on. Redisson always wraps the
+/// name in braces here, even when it carries a hash tag of its own (on a
+/// cluster such names are refused for latches: the channel would hash
+/// elsewhere).
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
 /// The message a final release publishes (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
@@ -35,5 +49,10 @@ mod tests {
         assert_eq!(lock_channel("orders"), "redisson_lock__channel:{orders}");
         assert_eq!(lock_token("orders"), "redisson_lock_token:{orders}");
         assert_eq!(lock_channel("a{b}c"), "redisson_lock__channel:a{b}c");
+        assert_eq!(semaphore_channel("db"), "redisson_sc:{db}");
+        assert_eq!(
+            latch_channel("boot"),
+            "redisson_countdownlatch__channel__{boot}"
+        );
     }
 }

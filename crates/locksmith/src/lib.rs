@@ -10,10 +10,15 @@
 //! - [`Error`] / [`ErrorKind`] (`error.rs`): the one error type.
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
 //!   [`SimpleLock`], the `SET NX PX` lock.
+//! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
+//!   semaphore.
+//! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
 //! - `topology.rs`: the command connection for a single server, a
 //!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
-//! - `notify.rs`: one pub/sub connection per client, waiter queues;
+//! - `batch.rs`: coalesces concurrent script calls (per slot on a cluster).
+//! - `notify.rs`: one pub/sub connection per client, waiter queues and
+//!   their wake policies (one, all, as many as permits allow);
 //!   `subscriber.rs`: that connection on each topology (classic or sharded
 //!   pub/sub).
 //! - `renewal.rs`: the watchdog, one batched renewal task per client.
@@ -26,11 +31,13 @@ mod batch;
 mod client;
 mod error;
 mod keys;
+mod latch;
 mod lease;
 mod lock;
 mod notify;
 mod renewal;
 mod scripts;
+mod semaphore;
 mod subscriber;
 mod task;
 mod topology;
@@ -38,8 +45,10 @@ mod validate;
 
 pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
+pub use latch::CountDownLatch;
 pub use lease::LostSignal;
 pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};
+pub use semaphore::{Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.
 pub mod guides {

@@ -2,11 +2,21 @@
 //! [`Client`](crate::Client), shared by every waiter of that client.
 //!
 //! Waiters register per channel (reference-counted: the first subscribes,
-//! the last unsubscribes). Per channel they form a FIFO queue. A release
-//! message wakes only the first waiter that is not already awake, so a
-//! release causes one retry per client, not a thundering herd; a waiter
-//! that fails its retry simply stays at its place in the queue. A waiter
-//! that is cancelled while holding an unconsumed wake-up passes it on.
+//! the last unsubscribes). Per channel they form a FIFO queue. What a
+//! message wakes is the channel's [`Policy`], chosen by the primitive that
+//! owns the channel, from the message payload:
+//!
+//! - [`Wake::One`] (a lock release): only the first waiter that is not
+//!   already awake, so a release causes one retry per client, not a
+//!   thundering herd;
+//! - [`Wake::All`] (a latch reaching zero, a read unlock): every waiter;
+//! - [`Wake::Permits`] (a semaphore release, carrying the new count of
+//!   available permits): waiters in queue order as long as the permits
+//!   they ask for fit in what is available, counting those already awake;
+//! - [`Wake::Nobody`]: a message that opens nothing (a latch's new count).
+//!
+//! A waiter that fails its retry simply stays at its place in the queue. A
+//! waiter that is cancelled while holding an unconsumed wake-up passes it on.
 //!
 //! Pub/sub is at-most-once: after a reconnect every waiter is woken (a
 //! message may have been missed), and callers always bound their sleep by
@@ -29,6 +39,29 @@ use tokio::time::Instant;
 use crate::subscriber::{Event, Source, Subscriber};
 use crate::task::TaskSlot;
 
+/// What one message wakes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// No waiter.
+    Nobody,
+    /// The first waiter not already awake.
+    One,
+    /// Every waiter.
+    All,
+    /// Waiters in queue order while their permits fit in this many,
+    /// counting the permits of waiters already awake.
+    Permits(u64),
+}
+
+/// Decides what a message on a channel wakes, from its payload. Each
+/// primitive names its own (its channel carries only its messages).
+pub(crate) type Policy = fn(&[u8]) -> Wake;
+
+/// The policy of a lock release channel: any message wakes one waiter.
+pub(crate) fn wake_one(_: &[u8]) -> Wake {
+    Wake::One
+}
+
 /// A waiter's mailbox.
 #[derive(Debug, Default)]
 struct Slot {
@@ -38,6 +71,9 @@ struct Slot {
     woken: AtomicBool,
     /// Delivers the wake-up; stores a permit if the waiter is busy retrying.
     notify: Notify,
+    /// Permits this waiter asks for (1 for every kind but a semaphore);
+    /// [`Wake::Permits`] wakes only as many waiters as can be satisfied.
+    need: u64,
 }
 
 impl Slot {
@@ -52,6 +88,8 @@ impl Slot {
 struct Channel {
     /// Waiters in arrival order.
     queue: VecDeque<Arc<Slot>>,
+    /// What a message wakes; set by the first waiter's primitive.
+    policy: Policy,
     /// Turns true once Redis confirmed the subscription; waiters wait for it
     /// before their re-check, which closes the busy-then-subscribe race.
     ready: watch::Sender<bool>,
@@ -105,13 +143,37 @@ impl Shared {
         }
     }
 
-    /// Wakes the first waiter of `channel` that is not already awake.
-    fn wake_one(&self, channel: &str) {
+    /// Wakes the waiters of `channel` that a message with `payload` is for,
+    /// as the channel's policy decides.
+    fn deliver(&self, channel: &str, payload: &[u8]) {
         let mut channels = self.lock();
-        if let Some(ch) = channels.get_mut(channel) {
-            ch.seq += 1;
-            if let Some(slot) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
-                slot.wake();
+        let Some(ch) = channels.get_mut(channel) else {
+            return;
+        };
+        ch.seq += 1;
+        let awake = |s: &Arc<Slot>| s.woken.load(Ordering::SeqCst);
+        match (ch.policy)(payload) {
+            Wake::Nobody => {}
+            Wake::One => {
+                if let Some(slot) = ch.queue.iter().find(|s| !awake(s)) {
+                    slot.wake();
+                }
+            }
+            Wake::All => ch.queue.iter().for_each(|s| s.wake()),
+            Wake::Permits(available) => {
+                // Waiters already awake will compete for these permits too.
+                let claimed: u64 = ch.queue.iter().filter(|s| awake(s)).map(|s| s.need).sum();
+                let mut left = available.saturating_sub(claimed);
+                for slot in ch.queue.iter().filter(|s| !awake(s)) {
+                    // Strict queue order: a waiter that does not fit holds
+                    // back those behind it, so a large request is not
+                    // starved by a stream of small ones.
+                    if slot.need > left {
+                        break;
+                    }
+                    left -= slot.need;
+                    slot.wake();
+                }
             }
         }
     }
@@ -236,10 +298,23 @@ impl NotifyHub {
     /// than `deadline` (the caller's own) and no longer than the command
     /// timeout. Re-check the resource after this returns.
     ///
+    /// `policy` decides what the channel's messages wake (the first
+    /// waiter's policy stays with the channel); `need` is the permits this
+    /// waiter asks for, 1 where permits do not apply.
+    ///
     /// Cancel safe: dropping the future leaves the queue again.
-    pub(crate) async fn register(&self, channel: &str, deadline: Option<Instant>) -> Waiter {
+    pub(crate) async fn register(
+        &self,
+        channel: &str,
+        policy: Policy,
+        need: u64,
+        deadline: Option<Instant>,
+    ) -> Waiter {
         self.ensure_task();
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(Slot {
+            need,
+            ..Slot::default()
+        });
         let (mut ready, first) = {
             let mut channels = self.shared.lock();
             match channels.get_mut(channel) {
@@ -253,6 +328,7 @@ impl NotifyHub {
                         channel.to_owned(),
                         Channel {
                             queue: VecDeque::from([slot.clone()]),
+                            policy,
                             ready: tx,
                             seq: 0,
                             busy_until: None,
@@ -486,7 +562,7 @@ async fn session(
             event = sub.next() => {
                 let Some(strong) = shared.upgrade() else { return Session::HubGone };
                 match event {
-                    Event::Message(channel) => strong.wake_one(&channel),
+                    Event::Message(channel, payload) => strong.deliver(&channel, &payload),
                     Event::Resubscribed(channel) => {
                         // Moved with its slot (or confirmed after a node
                         // reconnect): a release may have been missed.
@@ -529,5 +605,90 @@ async fn session(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registry with one channel of `policy` whose waiters ask for
+    /// `needs` permits, in this order.
+    fn channel(policy: Policy, needs: &[u64]) -> (Shared, Vec<Arc<Slot>>) {
+        let shared = Shared::default();
+        let slots: Vec<Arc<Slot>> = needs
+            .iter()
+            .map(|&need| {
+                Arc::new(Slot {
+                    need,
+                    ..Slot::default()
+                })
+            })
+            .collect();
+        shared.lock().insert(
+            "ch".into(),
+            Channel {
+                queue: slots.iter().cloned().collect(),
+                policy,
+                ready: watch::channel(true).0,
+                seq: 0,
+                busy_until: None,
+            },
+        );
+        (shared, slots)
+    }
+
+    fn awake(slots: &[Arc<Slot>]) -> Vec<bool> {
+        slots
+            .iter()
+            .map(|s| s.woken.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    fn permits(payload: &[u8]) -> Wake {
+        Wake::Permits(std::str::from_utf8(payload).unwrap().parse().unwrap())
+    }
+
+    #[test]
+    fn one_wakes_the_first_waiter_not_awake() {
+        let (shared, slots) = channel(wake_one, &[1, 1, 1]);
+        shared.deliver("ch", b"0");
+        assert_eq!(awake(&slots), [true, false, false]);
+        shared.deliver("ch", b"0");
+        assert_eq!(awake(&slots), [true, true, false]);
+    }
+
+    #[test]
+    fn all_and_nobody() {
+        let (shared, slots) = channel(
+            |m| if m == b"0" { Wake::All } else { Wake::Nobody },
+            &[1, 1],
+        );
+        shared.deliver("ch", b"1");
+        assert_eq!(awake(&slots), [false, false]);
+        shared.deliver("ch", b"0");
+        assert_eq!(awake(&slots), [true, true]);
+    }
+
+    #[test]
+    fn permits_wake_only_as_many_waiters_as_they_satisfy_in_order() {
+        let (shared, slots) = channel(permits, &[2, 1, 3, 1]);
+        shared.deliver("ch", b"3");
+        assert_eq!(awake(&slots), [true, true, false, false]);
+        // The two awake waiters will take 3 of these 4: only 1 is left,
+        // and the 3-permit waiter holds back the one behind it.
+        shared.deliver("ch", b"4");
+        assert_eq!(awake(&slots), [true, true, false, false]);
+        shared.deliver("ch", b"6");
+        assert_eq!(awake(&slots), [true, true, true, false]);
+        shared.deliver("ch", b"7");
+        assert_eq!(awake(&slots), [true, true, true, true]);
+    }
+
+    #[test]
+    fn unknown_channels_are_ignored() {
+        let (shared, slots) = channel(wake_one, &[1]);
+        shared.deliver("other", b"0");
+        assert_eq!(awake(&slots), [false]);
     }
 }

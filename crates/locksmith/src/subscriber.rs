@@ -49,8 +49,8 @@ impl std::fmt::Debug for Source {
 
 /// What the connection reports.
 pub(crate) enum Event {
-    /// A message arrived on this channel.
-    Message(String),
+    /// A message arrived on this channel, with this payload.
+    Message(String, Vec<u8>),
     /// The channel was (re)subscribed by the connection on its own (its
     /// slot moved, or a node connection was re-established): a message may
     /// have been missed meanwhile.
@@ -186,7 +186,10 @@ impl Subscriber {
                 };
                 tokio::select! {
                     message = stream.next() => match message {
-                        Some(message) => Event::Message(message.get_channel_name().to_owned()),
+                        Some(message) => Event::Message(
+                            message.get_channel_name().to_owned(),
+                            message.get_payload_bytes().to_vec(),
+                        ),
                         None => Event::Closed,
                     },
                     () = switched => Event::Closed,
@@ -206,7 +209,12 @@ impl Subscriber {
                 match push.kind {
                     PushKind::Message | PushKind::SMessage => {
                         if let Some(channel) = channel() {
-                            return Event::Message(channel);
+                            let payload = match push.data.get(1) {
+                                Some(Value::BulkString(bytes)) => bytes.clone(),
+                                Some(Value::SimpleString(s)) => s.clone().into_bytes(),
+                                _ => Vec::new(),
+                            };
+                            return Event::Message(channel, payload);
                         }
                     }
                     PushKind::Subscribe | PushKind::SSubscribe => {

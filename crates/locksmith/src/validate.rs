@@ -16,6 +16,24 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_millis(i64::MAX as u64 / 2
 /// grant's reply arrives.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
 
+/// The largest permit count or latch count accepted: Lua numbers are
+/// doubles, exact up to 2^53, and the scripts compare counts as numbers.
+pub(crate) const MAX_COUNT: u64 = 1 << 53;
+
+/// Rejects a number of permits (or a count) of zero or above
+/// [`MAX_COUNT`]; `what` names it in the message.
+pub(crate) fn count(n: u64, what: &str) -> Result<()> {
+    if n == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1, got 0")));
+    }
+    if n > MAX_COUNT {
+        return Err(Error::invalid(format!(
+            "{what} must be at most {MAX_COUNT} (2^53), got {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// Rejects empty names and names longer than `max_len` bytes.
 pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     if name.is_empty() {
@@ -91,6 +109,14 @@ mod tests {
         assert!(cluster_name("a{}b").is_err());
         assert!(cluster_name("a{b").is_err());
         assert!(cluster_name("a}{b").is_err());
+    }
+
+    #[test]
+    fn counts() {
+        assert!(count(0, "permits").is_err());
+        assert!(count(1, "permits").is_ok());
+        assert!(count(MAX_COUNT, "permits").is_ok());
+        assert!(count(MAX_COUNT + 1, "permits").is_err());
     }
 
     #[test]

@@ -73,7 +73,10 @@ fn release_one(
     successor: &str,
     if_alone: bool,
 ) -> (i64, i64) {
-    let script = Script::new(include_str!("../src/scripts/lock_release.lua"));
+    let script = Script::new(concat!(
+        include_str!("../src/scripts/announce.lua"),
+        include_str!("../src/scripts/lock_release.lua")
+    ));
     let replies: Vec<(i64, i64)> = script
         .key(name)
         .key(format!("redisson_lock__channel:{{{name}}}"))

@@ -41,7 +41,10 @@ use stats::{CommandStats, Latencies};
 /// The scripts locksmith runs, fired directly for the raw ceiling.
 const ACQUIRE_LUA: &str = include_str!("../../../locksmith/src/scripts/lock_acquire.lua");
 /// See [`ACQUIRE_LUA`].
-const RELEASE_LUA: &str = include_str!("../../../locksmith/src/scripts/lock_release.lua");
+const RELEASE_LUA: &str = concat!(
+    include_str!("../../../locksmith/src/scripts/announce.lua"),
+    include_str!("../../../locksmith/src/scripts/lock_release.lua")
+);
 
 /// Requests per script call in the batched raw phase.
 const RAW_BATCH: u32 = 8;

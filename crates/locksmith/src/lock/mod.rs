@@ -405,7 +405,9 @@ impl Lock {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        let waiter = hub.register(channel, deadline).await;
+        let waiter = hub
+            .register(channel, crate::notify::wake_one, 1, deadline)
+            .await;
         waiter.note_busy(busy_until);
         // Parked in this client's hand-off queue: a local holder's release
         // may grant us the lock directly.

@@ -184,7 +184,7 @@ impl SimpleLock {
                     self.shared
                         .client
                         .hub()
-                        .register(&self.shared.channel, deadline)
+                        .register(&self.shared.channel, crate::notify::wake_one, 1, deadline)
                         .await,
                 );
                 continue;

@@ -5,12 +5,7 @@
 -- ARGV[2]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- Returns 1 if a lock was deleted, 0 if there was none.
 if redis.call('del', KEYS[1]) == 1 then
-    if ARGV[2] ~= 's' then
-        redis.call('publish', KEYS[2], ARGV[1])
-    end
-    if ARGV[2] ~= 'p' then
-        redis.call('spublish', KEYS[2], ARGV[1])
-    end
+    announce(KEYS[2], ARGV[1], ARGV[2])
     return 1
 end
 return 0

@@ -21,30 +21,7 @@
 -- this owner, or {-2, error message} for a request that failed alone.
 -- A hand-off increments the fencing counter before writing anything, so a
 -- counter key of the wrong type fails the request with nothing changed.
--- Announces a release the way the client's waiters (and Redisson's)
--- listen for it.
-local function announce(channel, message, mode)
-    if mode ~= 's' then
-        redis.call('publish', channel, message)
-    end
-    if mode ~= 'p' then
-        redis.call('spublish', channel, message)
-    end
-end
-
--- The most connections listening on the channel either way the client
--- announces (the caller's own client counts as one each way).
-local function listeners(channel, mode)
-    local n = 0
-    if mode ~= 's' then
-        n = redis.call('pubsub', 'numsub', channel)[2]
-    end
-    if mode ~= 'p' then
-        n = math.max(n, redis.call('pubsub', 'shardnumsub', channel)[2])
-    end
-    return n
-end
-
+-- announce() and listeners() come from announce.lua.
 local function release(key, channel, token_key, lease, owner, expected, message,
                        successor, successor_lease, if_alone, mode)
     local held = redis.call('hget', key, owner)

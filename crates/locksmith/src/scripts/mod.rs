@@ -1,6 +1,7 @@
 //! The Lua scripts, one file per operation, each with its KEYS/ARGV contract
 //! at the top. `Script` hashes each once; calls use EVALSHA and load the
-//! script on NOSCRIPT.
+//! script on NOSCRIPT. Scripts that announce changes start with the shared
+//! prelude `announce.lua` (the publish-mode switch and the listener count).
 
 use std::sync::LazyLock;
 
@@ -12,12 +13,21 @@ macro_rules! script {
         pub(crate) static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!($file)));
     };
+    ($name:ident, announcing $file:literal) => {
+        #[doc = concat!("The script in `", $file, "`, after `announce.lua`.")]
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(include_str!("announce.lua"), include_str!($file)))
+        });
+    };
 }
 
 script!(LOCK_ACQUIRE, "lock_acquire.lua");
-script!(LOCK_RELEASE, "lock_release.lua");
+script!(LOCK_RELEASE, announcing "lock_release.lua");
 script!(RENEW, "renew.lua");
-script!(FORCE_UNLOCK, "force_unlock.lua");
+script!(FORCE_UNLOCK, announcing "force_unlock.lua");
 script!(LOCK_INFO, "lock_info.lua");
 script!(SIMPLE_ACQUIRE, "simple_acquire.lua");
-script!(SIMPLE_RELEASE, "simple_release.lua");
+script!(SIMPLE_RELEASE, announcing "simple_release.lua");
+script!(SEMAPHORE_ACQUIRE, "semaphore_acquire.lua");
+script!(SEMAPHORE_UPDATE, announcing "semaphore_update.lua");
+script!(LATCH, announcing "latch.lua");

@@ -7,12 +7,7 @@
 -- Returns 1 released, 0 not held by this token.
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
-    if ARGV[3] ~= 's' then
-        redis.call('publish', KEYS[2], ARGV[2])
-    end
-    if ARGV[3] ~= 'p' then
-        redis.call('spublish', KEYS[2], ARGV[2])
-    end
+    announce(KEYS[2], ARGV[2], ARGV[3])
     return 1
 end
 return 0

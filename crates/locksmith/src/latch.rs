@@ -1,0 +1,244 @@
+//! The count-down latch, laid out like Redisson's `RCountDownLatch`: a
+//! string key holding the count, deleted when it reaches zero, and the
+//! channel `redisson_countdownlatch__channel__{NAME}` carrying `0` (reached
+//! zero: every waiter of every client wakes) and `1` (a new count was set).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::{Client, Topology};
+use crate::error::{Error, Result};
+use crate::notify::Wake;
+use crate::{keys, scripts, validate};
+
+/// A distributed count-down latch (Redisson's `RCountDownLatch` layout).
+///
+/// One process sets a count; others count it down; any number of waiters
+/// in any number of processes wait until it reaches zero. Once at zero the
+/// latch is open (its key is gone) and [`CountDownLatch::try_set_count`]
+/// may arm it again.
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let ready = client.count_down_latch("shards-loaded")?;
+/// ready.try_set_count(3).await?;
+/// // ... each of three loaders calls ready.count_down().await? when done ...
+/// ready.wait().await?;                       // returns once all three did
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CountDownLatch {
+    /// Name, channel and client; shared by clones.
+    shared: Arc<Shared>,
+}
+
+/// What clones of a [`CountDownLatch`] share.
+#[derive(Debug)]
+struct Shared {
+    /// The client the latch lives in.
+    client: Client,
+    /// The latch's name: also the key holding its count.
+    name: Arc<str>,
+    /// Where the latch announces reaching zero and new counts.
+    channel: Arc<str>,
+}
+
+/// The notify policy of a latch channel: `0` (reached zero, or deleted)
+/// wakes every waiter; `1` (a new count) wakes nobody.
+fn wake_at_zero(payload: &[u8]) -> Wake {
+    match payload {
+        b"1" => Wake::Nobody,
+        _ => Wake::All,
+    }
+}
+
+impl Client {
+    /// A handle on the count-down latch `name` (Redisson's
+    /// `RCountDownLatch` layout).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit, or on a cluster when it contains a brace:
+    /// Redisson wraps the whole name in braces for the latch's channel, so
+    /// a hash tag of the name's own would put the channel in another slot.
+    pub fn count_down_latch(&self, name: impl Into<String>) -> Result<CountDownLatch> {
+        let name = name.into();
+        self.check_name(&name)?;
+        if self.topology() == Topology::Cluster && name.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "latch name {name:?} contains a brace: on a cluster its channel (redisson_countdownlatch__channel__{{NAME}}) would hash to another slot than its key; use a name without braces"
+            )));
+        }
+        Ok(CountDownLatch {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                channel: keys::latch_channel(&name).into(),
+                name: name.into(),
+            }),
+        })
+    }
+}
+
+impl CountDownLatch {
+    /// The latch's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Arms the latch with `count` if it is not armed already (its key does
+    /// not exist); answers whether it did so.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero count or one above 2^53;
+    /// [`Error::WrongType`] when the key holds something else; connection
+    /// errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the command was sent, the count may
+    /// or may not have been set; [`CountDownLatch::count`] shows which.
+    pub async fn try_set_count(&self, count: u64) -> Result<bool> {
+        validate::count(count, "count")?;
+        Ok(self.run("set", count).await? == 1)
+    }
+
+    /// Counts down by one; at zero the latch opens and every waiter wakes.
+    /// Answers the count left (0 also when the latch was already open:
+    /// counting down an open latch changes nothing).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key is not a latch; connection errors
+    /// and timeouts (the outcome is then unknown: a count-down is not
+    /// resent, as it is not idempotent).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the command was sent, the count may
+    /// or may not have gone down.
+    pub async fn count_down(&self) -> Result<u64> {
+        self.run("down", 0).await
+    }
+
+    /// The current count (0 when the latch is open).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key is not a latch; connection errors
+    /// and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read.
+    pub async fn count(&self) -> Result<u64> {
+        let mut conn = self.shared.client.connection();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&*self.shared.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.shared.client.map_err(e, Some(&self.shared.name)))?;
+        match value {
+            None => Ok(0),
+            Some(v) => v
+                .parse::<i64>()
+                .map(|n| n.max(0) as u64)
+                .map_err(|_| Error::WrongType {
+                    key: self.shared.name.to_string(),
+                }),
+        }
+    }
+
+    /// Deletes the latch, opening it for every waiter; answers whether it
+    /// existed.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the command was sent, the latch may
+    /// or may not have been deleted.
+    pub async fn delete(&self) -> Result<bool> {
+        Ok(self.run("delete", 0).await? == 1)
+    }
+
+    /// Waits until the count reaches zero (returns at once if it is zero).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key is not a latch; connection errors
+    /// and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves its pub/sub registration;
+    /// waiting changes nothing on the server.
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_within(None).await.map(drop)
+    }
+
+    /// Waits at most `timeout` for the count to reach zero; answers whether
+    /// it did.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `timeout` overflows the clock;
+    /// others as for [`CountDownLatch::wait`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`CountDownLatch::wait`].
+    pub async fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        self.wait_within(Some(timeout)).await
+    }
+
+    /// The wait loop: read the count; if not zero, join this client's
+    /// waiters on the channel, read again if a message may have slipped in
+    /// before joining, then sleep until woken (or [`RECHECK`], or the
+    /// deadline) and read again.
+    async fn wait_within(&self, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = timeout.map(validate::deadline).transpose()?;
+        let hub = self.shared.client.hub();
+        let channel = &self.shared.channel;
+        let seen = hub.seq(channel);
+        if self.count().await? == 0 {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(false);
+        }
+        let waiter = hub.register(channel, wake_at_zero, 1, deadline).await;
+        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
+        loop {
+            if recheck && self.count().await? == 0 {
+                return Ok(true);
+            }
+            recheck = true;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(false);
+            }
+            let mut until = now + self.shared.client.config().recheck_interval;
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            waiter.wait_until(until).await;
+        }
+    }
+
+    /// Runs `latch.lua` with `op`.
+    async fn run(&self, op: &'static str, count: u64) -> Result<u64> {
+        let shared = &self.shared;
+        let mut invocation = scripts::LATCH.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.channel)
+            .arg(op)
+            .arg(count)
+            .arg(shared.client.notify_mode().code());
+        shared.client.invoke(&invocation, &shared.name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_wakes_everyone() {
+        assert_eq!(wake_at_zero(b"0"), Wake::All);
+        assert_eq!(wake_at_zero(b"1"), Wake::Nobody);
+    }
+}
