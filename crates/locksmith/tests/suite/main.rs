@@ -7,5 +7,7 @@ mod common;
 
 mod cancel;
 mod handoff;
+mod latch;
 mod lock;
 mod redisson;
+mod semaphore;
