@@ -7,6 +7,7 @@
 //! - `duration.rs`: the `500ms` / `2s` / `1m` duration syntax.
 //! - `run.rs`: `locksmith run`, holding a lock while a command runs.
 //! - `admin.rs`: `locksmith status` and `locksmith unlock --force`.
+//! - `latch.rs`: `locksmith latch`, a count-down latch from the shell.
 //! - `bench/`: `locksmith bench`, locksmith against rslock and the raw
 //!   scripts on one Redis.
 
@@ -15,6 +16,7 @@ mod admin;
 mod bench;
 mod duration;
 mod exit;
+mod latch;
 mod run;
 
 use std::process::ExitCode;
@@ -38,7 +40,9 @@ Exit codes:
   69      Redis unreachable or not answering (the message names the address)
   70      run: the lock was lost while the command ran (see --on-lost);
           other internal errors
-  75      run: lock not acquired within --wait (change with --conflict-exit-code)
+  75      run: lock not acquired within --wait (change with --conflict-exit-code);
+          latch wait: still closed after --timeout
+  1       latch set: the latch already had a count (unchanged)
   126/127 run: the command could not be executed / was not found";
 
 /// Distributed locks on Redis from the shell.
@@ -65,11 +69,24 @@ enum Command {
     /// to CMD.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
-    /// Show whether a lock is held, by whom, for how long, and its fencing
-    /// counter.
+    /// Show the state of a lock (holders, lease, fencing counter), a
+    /// semaphore (available permits) or a latch (count).
+    ///
+    /// Examples:
+    ///   locksmith status nightly-report
+    ///   locksmith status db-pool --kind semaphore --json
+    #[command(verbatim_doc_comment)]
     Status(StatusArgs),
     /// Delete a lock whoever holds it and wake its waiters (admin).
     Unlock(UnlockArgs),
+    /// Set, count down, wait on or read a count-down latch.
+    ///
+    /// Examples:
+    ///   locksmith latch shards-loaded set 3
+    ///   locksmith latch shards-loaded count-down      (in each loader)
+    ///   locksmith latch shards-loaded wait --timeout 10m
+    #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
+    Latch(LatchArgs),
     /// Benchmark locksmith against rslock and the raw scripts on one Redis.
     ///
     /// Without --redis (the environment variables are ignored here) it
@@ -132,12 +149,26 @@ enum OnLost {
 /// Arguments of `locksmith status`.
 #[derive(Debug, clap::Args)]
 struct StatusArgs {
-    /// Name of the lock.
+    /// Name of the object (its Redis key).
     #[arg(value_parser = non_empty)]
     name: String,
+    /// What kind of object it is.
+    #[arg(long, value_enum, default_value_t = admin::Kind::Auto)]
+    kind: admin::Kind,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `locksmith latch`.
+#[derive(Debug, clap::Args)]
+struct LatchArgs {
+    /// Name of the latch (its Redis key).
+    #[arg(value_parser = non_empty)]
+    name: String,
+    /// What to do.
+    #[command(subcommand)]
+    op: latch::LatchOp,
 }
 
 /// Arguments of `locksmith unlock`.
@@ -204,8 +235,11 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => run::run(&redis_url(cli.redis), args).await,
-        Command::Status(args) => admin::status(&redis_url(cli.redis), &args.name, args.json).await,
+        Command::Status(args) => {
+            admin::status(&redis_url(cli.redis), &args.name, args.kind, args.json).await
+        }
         Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
+        Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(cli.redis, args).await,
     }
