@@ -48,6 +48,20 @@ pub enum Error {
         name: String,
     },
 
+    /// A permit of a permit-expirable semaphore was not held when it was
+    /// released: its lease had run out (`expired`; it is back in the pool,
+    /// and its holder had lost it), or no such permit exists (never issued,
+    /// or expired and already returned to the pool).
+    #[error("permit {id} of semaphore {name:?} is not held: {}", if *.expired { "its lease had run out" } else { "no such permit (never issued, or expired and already returned)" })]
+    PermitNotHeld {
+        /// The semaphore's name.
+        name: String,
+        /// The permit id.
+        id: String,
+        /// True when the permit existed but its lease had run out.
+        expired: bool,
+    },
+
     /// Fewer replicas acknowledged a grant than the client requires (see
     /// [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)).
     /// The grant was rolled back: the caller does not hold the lock.
@@ -98,7 +112,7 @@ impl Error {
             Error::Connect { .. } => ErrorKind::Connection,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::WrongType { .. } => ErrorKind::WrongType,
-            Error::NotHeld { .. } => ErrorKind::NotHeld,
+            Error::NotHeld { .. } | Error::PermitNotHeld { .. } => ErrorKind::NotHeld,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)

@@ -29,6 +29,21 @@ pub(crate) fn semaphore_channel(name: &str) -> String {
     prefixed("redisson_sc", name)
 }
 
+/// `{name}:suffix`, or `name:suffix` when `name` already contains `{`
+/// (Redisson's `suffixName`).
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// The timeout zset of a permit-expirable semaphore: permit id -> expiry.
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
 /// The channel a count-down latch announces on. Redisson always wraps the
 /// name in braces here, even when it carries a hash tag of its own (on a
 /// cluster such names are refused for latches: the channel would hash
@@ -50,6 +65,8 @@ mod tests {
         assert_eq!(lock_token("orders"), "redisson_lock_token:{orders}");
         assert_eq!(lock_channel("a{b}c"), "redisson_lock__channel:a{b}c");
         assert_eq!(semaphore_channel("db"), "redisson_sc:{db}");
+        assert_eq!(permit_timeouts("db"), "{db}:timeout");
+        assert_eq!(permit_timeouts("x{db}"), "x{db}:timeout");
         assert_eq!(
             latch_channel("boot"),
             "redisson_countdownlatch__channel__{boot}"

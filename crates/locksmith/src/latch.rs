@@ -6,11 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::client::{Client, Topology};
 use crate::error::{Error, Result};
-use crate::notify::Wake;
+use crate::notify::{Check, Wake};
 use crate::{keys, scripts, validate};
 
 /// A distributed count-down latch (Redisson's `RCountDownLatch` layout).
@@ -184,38 +182,30 @@ impl CountDownLatch {
         self.wait_within(Some(timeout)).await
     }
 
-    /// The wait loop: read the count; if not zero, join this client's
-    /// waiters on the channel, read again if a message may have slipped in
-    /// before joining, then sleep until woken (or [`RECHECK`], or the
-    /// deadline) and read again.
+    /// Reads the count, then waits on the channel (see
+    /// [`NotifyHub::wait_on`]).
+    ///
+    /// [`NotifyHub::wait_on`]: crate::notify::NotifyHub::wait_on
     async fn wait_within(&self, timeout: Option<Duration>) -> Result<bool> {
         let deadline = timeout.map(validate::deadline).transpose()?;
-        let hub = self.shared.client.hub();
-        let channel = &self.shared.channel;
-        let seen = hub.seq(channel);
-        if self.count().await? == 0 {
-            return Ok(true);
-        }
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            return Ok(false);
-        }
-        let waiter = hub.register(channel, wake_at_zero, 1, deadline).await;
-        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
-        loop {
-            if recheck && self.count().await? == 0 {
-                return Ok(true);
-            }
-            recheck = true;
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(false);
-            }
-            let mut until = now + self.shared.client.config().recheck_interval;
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            waiter.wait_until(until).await;
-        }
+        let client = &self.shared.client;
+        let opened = client
+            .hub()
+            .wait_on(
+                &self.shared.channel,
+                wake_at_zero,
+                1,
+                deadline,
+                client.config().recheck_interval,
+                || async {
+                    Ok(match self.count().await? {
+                        0 => Check::Done(()),
+                        _ => Check::NotYet(None),
+                    })
+                },
+            )
+            .await?;
+        Ok(opened.is_some())
     }
 
     /// Runs `latch.lua` with `op`.

@@ -11,7 +11,8 @@
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
 //!   [`SimpleLock`], the `SET NX PX` lock.
 //! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
-//!   semaphore.
+//!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
+//!   leases.
 //! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
 //! - `topology.rs`: the command connection for a single server, a
@@ -48,7 +49,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
 pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};
-pub use semaphore::{Semaphore, SemaphorePermits};
+pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.
 pub mod guides {

@@ -357,6 +357,80 @@ impl NotifyHub {
     }
 }
 
+/// What one check of a waited-for condition found (see
+/// [`NotifyHub::wait_on`]).
+pub(crate) enum Check<T> {
+    /// The condition holds (permits taken, latch open): done.
+    Done(T),
+    /// Not yet; if `Some`, check again no later than then even without a
+    /// message (a lease known to run out, so something frees up).
+    NotYet(Option<Instant>),
+}
+
+/// The shortest pause between two checks prompted by a hint alone, so a
+/// hint already in the past cannot turn the wait into a spin.
+const MIN_PAUSE: Duration = Duration::from_millis(5);
+
+impl NotifyHub {
+    /// The wait loop every waiting primitive but the lock shares (the lock
+    /// adds local hand-off to it): check; if not done, join `channel`'s
+    /// queue with `policy` and `need`; check again if a message may have
+    /// slipped in before joining; then sleep until a message wakes this
+    /// waiter, the check's hint, `recheck` (a lost message costs at most
+    /// this) or `deadline` comes, and check again. `None` when `deadline`
+    /// passed first.
+    ///
+    /// Cancel safe as long as `check` is: dropping the future leaves the
+    /// queue.
+    pub(crate) async fn wait_on<T, F, Fut>(
+        &self,
+        channel: &str,
+        policy: Policy,
+        need: u64,
+        deadline: Option<Instant>,
+        recheck: Duration,
+        mut check: F,
+    ) -> crate::error::Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = crate::error::Result<Check<T>>>,
+    {
+        let seen = self.seq(channel);
+        let mut hint = match check().await? {
+            Check::Done(value) => return Ok(Some(value)),
+            Check::NotYet(hint) => hint,
+        };
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(None);
+        }
+        let waiter = self.register(channel, policy, need, deadline).await;
+        // Unless the channel was subscribed before the first check and no
+        // message arrived since, a change may have slipped in unheard.
+        let mut check_now = seen.is_none() || self.seq(channel) != seen;
+        loop {
+            if check_now {
+                match check().await? {
+                    Check::Done(value) => return Ok(Some(value)),
+                    Check::NotYet(next) => hint = next,
+                }
+            }
+            check_now = true;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            let mut until = now + recheck;
+            if let Some(h) = hint {
+                until = until.min(h.max(now + MIN_PAUSE));
+            }
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            waiter.wait_until(until).await;
+        }
+    }
+}
+
 /// A registration in a channel's queue. Dropping it leaves the queue (and
 /// unsubscribes when it was the last waiter).
 #[derive(Debug)]

@@ -33,6 +33,10 @@ pub(crate) enum Ownership {
     HashField,
     /// The value of a string key (simple SET NX lock).
     StringToken,
+    /// A member of a permit-expirable semaphore's timeout zset (the key),
+    /// whose score is its expiry on the server's clock; the owner is the
+    /// permit id in hex.
+    PermitLease,
 }
 
 impl Ownership {
@@ -40,6 +44,7 @@ impl Ownership {
         match self {
             Ownership::HashField => "h",
             Ownership::StringToken => "s",
+            Ownership::PermitLease => "z",
         }
     }
 }

@@ -13,6 +13,16 @@ macro_rules! script {
         pub(crate) static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!($file)));
     };
+    ($name:ident, expirable $file:literal) => {
+        #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `expirable.lua`.")]
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("announce.lua"),
+                include_str!("expirable.lua"),
+                include_str!($file)
+            ))
+        });
+    };
     ($name:ident, announcing $file:literal) => {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
@@ -31,3 +41,5 @@ script!(SIMPLE_RELEASE, announcing "simple_release.lua");
 script!(SEMAPHORE_ACQUIRE, "semaphore_acquire.lua");
 script!(SEMAPHORE_UPDATE, announcing "semaphore_update.lua");
 script!(LATCH, announcing "latch.lua");
+script!(EXPIRABLE_ACQUIRE, expirable "expirable_acquire.lua");
+script!(EXPIRABLE_UPDATE, expirable "expirable_update.lua");

@@ -1,9 +1,13 @@
 -- Renew many leases in one call (the watchdog's batch).
 -- KEYS[i]  a lock key
 -- ARGV     triples per key: kind ('h' = reentrant hash field, 's' = string
---          token), owner (field or token), lease in milliseconds
+--          token, 'z' = member of a permit-expirable semaphore's timeout
+--          zset, its expiry an epoch-ms score on the server's clock), owner
+--          (field, token, or permit id as 32 hex digits), lease in
+--          milliseconds
 -- Extends only leases the owner still holds; never re-creates a lock.
 -- Returns one integer per key: 1 renewed, 0 no longer held.
+local now = nil
 local out = {}
 for i, key in ipairs(KEYS) do
     local kind = ARGV[3 * i - 2]
@@ -13,6 +17,17 @@ for i, key in ipairs(KEYS) do
     if kind == 'h' then
         if redis.pcall('hexists', key, owner) == 1 then
             redis.call('pexpire', key, lease)
+            ok = 1
+        end
+    elseif kind == 'z' then
+        if now == nil then
+            local t = redis.call('time')
+            now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        local id = (owner:gsub('..', function(cc) return string.char(tonumber(cc, 16)) end))
+        local expiry = redis.pcall('zscore', key, id)
+        if type(expiry) == 'string' and tonumber(expiry) > now then
+            redis.call('zadd', key, 'xx', now + tonumber(lease), id)
             ok = 1
         end
     elseif redis.pcall('get', key) == owner then

@@ -7,20 +7,24 @@
 //! or dropped (as `tokio::sync::Semaphore` does). Permits carry no owner
 //! and no lease: a process that dies holding them keeps them taken for
 //! good, exactly as in Redisson. Where that matters (a crashed worker must
-//! not shrink the pool), use permits that expire instead.
+//! not shrink the pool), use [`ExpirableSemaphore`], whose permits have
+//! ids and leases (`expirable.rs`).
+
+mod expirable;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-use tokio::time::Instant;
 
 use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::notify::Wake;
+use crate::notify::{Check, Wake};
 use crate::task::detach;
 use crate::{keys, scripts, validate};
+
+pub use expirable::{ExpirableSemaphore, Permit};
 
 /// A distributed counting semaphore (Redisson's `RSemaphore` layout).
 ///
@@ -74,7 +78,7 @@ struct Shared {
 
 /// The notify policy of a semaphore channel: the message is the new count
 /// of available permits, which wakes as many waiters as it can satisfy.
-fn wake_for_permits(payload: &[u8]) -> Wake {
+pub(crate) fn wake_for_permits(payload: &[u8]) -> Wake {
     match std::str::from_utf8(payload)
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
@@ -276,10 +280,9 @@ impl Semaphore {
         self.acquire_within(permits, Some(wait)).await
     }
 
-    /// The wait loop: try; if short, join this client's queue for the
-    /// channel, try again if an announcement may have slipped in before
-    /// joining, then sleep until woken (or the client's recheck interval, or the deadline)
-    /// and try again.
+    /// Tries, then waits on the channel (see [`NotifyHub::wait_on`]).
+    ///
+    /// [`NotifyHub::wait_on`]: crate::notify::NotifyHub::wait_on
     async fn acquire_within(
         &self,
         permits: u64,
@@ -287,36 +290,23 @@ impl Semaphore {
     ) -> Result<Option<SemaphorePermits>> {
         validate::count(permits, "permits")?;
         let deadline = wait.map(validate::deadline).transpose()?;
-        let hub = self.shared.client.hub();
-        let channel = &self.shared.channel;
-        let seen = hub.seq(channel);
-        if let Attempt::Taken = self.attempt(permits).await? {
-            return Ok(Some(self.permits(permits)));
-        }
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            return Ok(None);
-        }
-        let waiter = hub
-            .register(channel, wake_for_permits, permits, deadline)
-            .await;
-        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
-        loop {
-            if recheck {
-                if let Attempt::Taken = self.attempt(permits).await? {
-                    return Ok(Some(self.permits(permits)));
-                }
-            }
-            recheck = true;
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(None);
-            }
-            let mut until = now + self.shared.client.config().recheck_interval;
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            waiter.wait_until(until).await;
-        }
+        let client = &self.shared.client;
+        client
+            .hub()
+            .wait_on(
+                &self.shared.channel,
+                wake_for_permits,
+                permits,
+                deadline,
+                client.config().recheck_interval,
+                || async {
+                    Ok(match self.attempt(permits).await? {
+                        Attempt::Taken => Check::Done(self.permits(permits)),
+                        Attempt::Short => Check::NotYet(None),
+                    })
+                },
+            )
+            .await
     }
 
     /// One acquire script call (batched with this client's other acquires).

@@ -6,6 +6,7 @@
 mod common;
 
 mod cancel;
+mod expirable;
 mod handoff;
 mod latch;
 mod lock;
