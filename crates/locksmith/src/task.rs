@@ -55,6 +55,22 @@ impl TaskSlot {
     }
 }
 
+/// Runs `work` in the background on the current runtime: the clean-up of a
+/// dropped guard or a cancelled call, which must not wait for its caller.
+/// Outside a runtime nothing can run; `what` then says in a warning what
+/// was left undone (and `left` what becomes of it).
+pub(crate) fn detach<F>(what: &'static str, left: &'static str, work: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => tracing::warn!("{what} outside a Tokio runtime; {left}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,21 +97,5 @@ mod tests {
             assert!(slot.ensure(std::future::pending));
         });
         assert!(!slot.ensure(std::future::pending), "no runtime here");
-    }
-}
-
-/// Runs `work` in the background on the current runtime: the clean-up of a
-/// dropped guard or a cancelled call, which must not wait for its caller.
-/// Outside a runtime nothing can run; `what` then says in a warning what
-/// was left undone (and `left` what becomes of it).
-pub(crate) fn detach<F>(what: &'static str, left: &'static str, work: F)
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(work);
-        }
-        Err(_) => tracing::warn!("{what} outside a Tokio runtime; {left}"),
     }
 }
