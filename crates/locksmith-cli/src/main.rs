@@ -61,13 +61,19 @@ struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run CMD while holding a distributed lock (like flock(1)).
+    /// Run CMD while holding a distributed lock (like flock(1)) or a
+    /// semaphore permit.
     ///
     /// The lock is released when CMD exits, and locksmith exits with CMD's
     /// status. CMD sees LOCKSMITH_LOCK_NAME and LOCKSMITH_FENCING_TOKEN in
     /// its environment. SIGINT and SIGTERM sent to locksmith are forwarded
     /// to CMD.
-    #[command(after_help = EXIT_CODES_HELP)]
+    ///
+    /// Examples:
+    ///   locksmith run --lock nightly-report -- ./report.sh
+    ///   locksmith run --lock deploy --wait 0 -- ./deploy.sh
+    ///   locksmith run --semaphore encoders --permits 4 -- ffmpeg ...
+    #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show the state of a lock (holders, lease, fencing counter), a
     /// semaphore (available permits) or a latch (count).
@@ -97,10 +103,24 @@ enum Command {
 
 /// Arguments of `locksmith run`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("object").required(true).args(["lock", "semaphore"])))]
 struct RunArgs {
     /// Name of the lock (its Redis key).
     #[arg(long = "lock", value_name = "NAME", value_parser = non_empty)]
-    lock: String,
+    lock: Option<String>,
+
+    /// Instead of a lock, hold one permit of this semaphore (permits with
+    /// leases, Redisson's RPermitExpirableSemaphore layout: a crashed
+    /// command's permit comes back when its lease runs out). CMD sees
+    /// LOCKSMITH_SEMAPHORE_NAME and LOCKSMITH_PERMIT_ID.
+    #[arg(long, value_name = "NAME", value_parser = non_empty, requires = "permits")]
+    semaphore: Option<String>,
+
+    /// With --semaphore: the number of permits, set if the semaphore does
+    /// not exist yet (an existing semaphore keeps its count).
+    #[arg(long, value_name = "N", requires = "semaphore", conflicts_with = "lock",
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 53)))]
+    permits: Option<u64>,
 
     /// How long to wait for the lock: 0 tries once; absent waits forever.
     #[arg(long, value_name = "DUR", value_parser = duration::parse)]

@@ -1,10 +1,12 @@
-//! `locksmith run`: hold a lock while a command runs, like `flock(1)` but
-//! across machines.
+//! `locksmith run`: hold a lock (or a semaphore permit) while a command
+//! runs, like `flock(1)` but across machines.
 //!
 //! The lock is held by this process; the command is a child. The child's
 //! exit releases the lock; the lock's loss signals the child. Signals sent
 //! to locksmith are forwarded so that `kill <locksmith-pid>` stops the
-//! command and the lock is released once it has exited.
+//! command and the lock is released once it has exited. A permit works
+//! the same way: it has a lease, renewed while the command runs, so a
+//! killed locksmith's permit comes back when the lease runs out.
 
 use std::pin::pin;
 use std::process::ExitStatus;
@@ -16,7 +18,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use locksmith::{Client, ErrorKind, LockGuard};
+use locksmith::{Client, ErrorKind, LockGuard, LostSignal, Permit};
 
 use crate::exit::{self, CliError};
 use crate::{OnLost, RunArgs};
@@ -30,10 +32,10 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         builder = builder.lease(lease);
     }
     let client = builder.build().await?;
-    let mut lock = client.lock(args.lock.as_str())?;
-    if let (Some(lease), true) = (args.lease, args.no_renew) {
-        lock = lock.with_lease(lease)?;
-    }
+    let fixed = match (args.lease, args.no_renew) {
+        (Some(lease), true) => Some(lease),
+        _ => None,
+    };
 
     // Installed before waiting so that Ctrl-C during a long wait ends the
     // wait cleanly (a grant racing the signal is rolled back) instead of
@@ -41,39 +43,43 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
 
-    let acquire = async {
-        match args.wait {
-            None => lock.lock().await.map(Some),
-            Some(wait) if wait.is_zero() => lock.try_lock().await,
-            Some(wait) => lock.try_lock_for(wait).await,
-        }
+    let (what, acquire) = match (&args.lock, &args.semaphore) {
+        (Some(name), _) => (
+            format!("lock {name:?}"),
+            acquire_lock(&client, name, fixed, args.wait),
+        ),
+        (None, Some(name)) => (
+            format!("semaphore {name:?}"),
+            acquire_permit(&client, name, args.permits.unwrap_or(1), fixed, args.wait),
+        ),
+        (None, None) => return Err(CliError::Usage("--lock or --semaphore is required".into())),
     };
-    let guard = tokio::select! {
+    let held = tokio::select! {
         acquired = acquire => acquired?,
         _ = sigint.recv() => return Ok(128 + Signal::SIGINT as u8),
         _ = sigterm.recv() => return Ok(128 + Signal::SIGTERM as u8),
     };
-    let Some(guard) = guard else {
+    let Some(held) = held else {
         let gave_up = match args.wait {
             Some(wait) if !wait.is_zero() => format!("gave up after {wait:?}"),
             _ => "tried once (--wait 0)".to_owned(),
         };
-        eprintln!(
-            "locksmith: lock {:?} is held by someone else; {gave_up}",
-            args.lock
-        );
+        let busy = match held_kind(&args) {
+            Kind::Lock => "is held by someone else",
+            Kind::Permit => "has no free permit",
+        };
+        eprintln!("locksmith: {what} {busy}; {gave_up}");
         return Ok(args.conflict_exit_code);
     };
 
     let child = Command::new(&args.command[0])
         .args(&args.command[1..])
-        .env("LOCKSMITH_LOCK_NAME", &args.lock)
-        .env("LOCKSMITH_FENCING_TOKEN", guard.fencing_token().to_string())
+        .envs(held.env())
         .spawn();
     let child = match child {
         Ok(child) => child,
         Err(source) => {
-            let _ = guard.release().await;
+            let _ = held.release().await;
             return Err(CliError::Spawn {
                 command: args.command[0].clone(),
                 source,
@@ -82,26 +88,25 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     };
 
     let supervisor = Supervisor {
-        name: &args.lock,
+        what: &what,
         on_lost: args.on_lost,
         kill_after: args.kill_after,
     };
     let (status, lost) = supervisor
-        .watch(child, &guard, &mut sigint, &mut sigterm)
+        .watch(child, held.lost(), &mut sigint, &mut sigterm)
         .await
         .map_err(|e| CliError::Other(format!("waiting for the command failed: {e}")))?;
     let code = exit::from_status(status);
 
-    match guard.release().await {
+    match held.release().await {
         _ if lost => Ok(exit::SOFTWARE),
         Ok(()) => Ok(code),
         Err(e) if e.kind() == ErrorKind::NotHeld => {
             // The loss happened but was not yet noticed (between two
             // renewals, or a fixed lease that ran out at the very end).
             eprintln!(
-                "locksmith: lock {:?} was lost before the command finished (it exited with {code}); \
-                 another holder may have run concurrently",
-                args.lock
+                "locksmith: {what} was lost before the command finished (it exited with {code}); \
+                 another holder may have run concurrently"
             );
             Ok(exit::SOFTWARE)
         }
@@ -109,12 +114,115 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             // The lease runs out on its own; the command did run under the
             // lock as far as anyone can tell, so its status stands.
             eprintln!(
-                "locksmith: warning: could not release lock {:?} ({e}); it expires with its lease",
-                args.lock
+                "locksmith: warning: could not release {what} ({e}); it expires with its lease"
             );
             Ok(code)
         }
     }
+}
+
+/// Which kind of thing `run` holds.
+enum Kind {
+    /// A reentrant lock.
+    Lock,
+    /// A permit of a permit-expirable semaphore.
+    Permit,
+}
+
+fn held_kind(args: &RunArgs) -> Kind {
+    if args.lock.is_some() {
+        Kind::Lock
+    } else {
+        Kind::Permit
+    }
+}
+
+/// What `run` holds while the command runs.
+enum Held {
+    /// A lock guard.
+    Lock(LockGuard),
+    /// A semaphore permit.
+    Permit(Permit),
+}
+
+impl Held {
+    /// Fires when the lock or the permit's lease is lost.
+    fn lost(&self) -> LostSignal {
+        match self {
+            Held::Lock(guard) => guard.lost(),
+            Held::Permit(permit) => permit.lost(),
+        }
+    }
+
+    /// What the command finds in its environment.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Held::Lock(guard) => vec![
+                ("LOCKSMITH_LOCK_NAME", guard.name().to_owned()),
+                ("LOCKSMITH_FENCING_TOKEN", guard.fencing_token().to_string()),
+            ],
+            Held::Permit(permit) => vec![
+                ("LOCKSMITH_SEMAPHORE_NAME", permit.name().to_owned()),
+                ("LOCKSMITH_PERMIT_ID", permit.id().to_owned()),
+            ],
+        }
+    }
+
+    async fn release(self) -> locksmith::Result<()> {
+        match self {
+            Held::Lock(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
+}
+
+type Acquire<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = locksmith::Result<Option<Held>>> + Send + 'a>,
+>;
+
+/// Waits for lock `name` as `wait` says.
+fn acquire_lock<'a>(
+    client: &'a Client,
+    name: &'a str,
+    fixed: Option<Duration>,
+    wait: Option<Duration>,
+) -> Acquire<'a> {
+    Box::pin(async move {
+        let mut lock = client.lock(name)?;
+        if let Some(lease) = fixed {
+            lock = lock.with_lease(lease)?;
+        }
+        let guard = match wait {
+            None => lock.lock().await.map(Some),
+            Some(wait) if wait.is_zero() => lock.try_lock().await,
+            Some(wait) => lock.try_lock_for(wait).await,
+        }?;
+        Ok(guard.map(Held::Lock))
+    })
+}
+
+/// Sets semaphore `name` to `permits` if it does not exist, then waits for
+/// a permit as `wait` says.
+fn acquire_permit<'a>(
+    client: &'a Client,
+    name: &'a str,
+    permits: u64,
+    fixed: Option<Duration>,
+    wait: Option<Duration>,
+) -> Acquire<'a> {
+    Box::pin(async move {
+        let mut semaphore = client.expirable_semaphore(name)?;
+        if let Some(lease) = fixed {
+            semaphore = semaphore.with_lease(lease)?;
+        }
+        semaphore.try_set_permits(permits).await?;
+        let permit = match wait {
+            None => semaphore.acquire().await.map(Some),
+            Some(wait) if wait.is_zero() => semaphore.try_acquire().await,
+            Some(wait) => semaphore.try_acquire_for(wait).await,
+        }?;
+        Ok(permit.map(Held::Permit))
+    })
 }
 
 fn signal_error(e: std::io::Error) -> CliError {
@@ -123,8 +231,8 @@ fn signal_error(e: std::io::Error) -> CliError {
 
 /// Watches a running command on behalf of the lock.
 struct Supervisor<'a> {
-    /// Lock name, for messages.
-    name: &'a str,
+    /// What is held ("lock \"name\""), for messages.
+    what: &'a str,
     /// What to do to the command when the lock is lost.
     on_lost: OnLost,
     /// Grace between SIGTERM and SIGKILL.
@@ -138,11 +246,11 @@ impl Supervisor<'_> {
     async fn watch(
         &self,
         mut child: Child,
-        guard: &LockGuard,
+        lost_signal: LostSignal,
         sigint: &mut tokio::signal::unix::Signal,
         sigterm: &mut tokio::signal::unix::Signal,
     ) -> std::io::Result<(ExitStatus, bool)> {
-        let mut lost_signal = pin!(guard.lost().wait());
+        let mut lost_signal = pin!(lost_signal.wait());
         let mut lost = false;
         let mut kill_at: Option<Instant> = None;
         loop {
@@ -175,9 +283,9 @@ impl Supervisor<'_> {
             OnLost::Ignore => "letting the command finish (--on-lost ignore)",
         };
         eprintln!(
-            "locksmith: lost lock {:?} while the command (pid {pid}) was running \
-             (lease expired or lock deleted); {what}; exit status will be {}",
-            self.name,
+            "locksmith: lost {} while the command (pid {pid}) was running \
+             (lease expired or deleted); {what}; exit status will be {}",
+            self.what,
             exit::SOFTWARE
         );
         match self.on_lost {
