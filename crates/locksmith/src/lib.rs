@@ -9,7 +9,8 @@
 //!   and defaults every primitive is made from.
 //! - [`Error`] / [`ErrorKind`] (`error.rs`): the one error type.
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
-//!   [`SimpleLock`], the `SET NX PX` lock.
+//!   [`SimpleLock`], the `SET NX PX` lock; [`FairLock`] (`lock/fair.rs`),
+//!   first come, first served.
 //! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
 //!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
 //!   leases.
@@ -48,7 +49,7 @@ pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
-pub use lock::{Lock, LockGuard, LockInfo, SimpleLock};
+pub use lock::{FairLock, FairLockInfo, Lock, LockGuard, LockInfo, SimpleLock};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::lease::{LeaseState, LostSignal};
 use crate::lock::simple::SimpleLock;
-use crate::lock::Lock;
+use crate::lock::{FairLock, Lock};
 use crate::renewal::Registration;
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether the
@@ -35,6 +35,8 @@ pub struct LockGuard {
 enum Holder {
     /// One hold count of a reentrant lock owner.
     Reentrant(Lock),
+    /// One hold count of a fair lock owner.
+    Fair(FairLock),
     /// A simple lock held under a random token; the registration keeps the
     /// watchdog (or expiry timer) running for it.
     Simple {
@@ -48,6 +50,14 @@ impl LockGuard {
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
         LockGuard {
             holder: Some(Holder::Reentrant(lock)),
+            token,
+            lease,
+        }
+    }
+
+    pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
+        LockGuard {
+            holder: Some(Holder::Fair(lock)),
             token,
             lease,
         }
@@ -81,6 +91,7 @@ impl LockGuard {
     pub fn name(&self) -> &str {
         match &self.holder {
             Some(Holder::Reentrant(lock)) => lock.name(),
+            Some(Holder::Fair(lock)) => lock.name(),
             Some(Holder::Simple { lock, .. }) => lock.name(),
             None => "",
         }
@@ -136,6 +147,7 @@ impl Holder {
     async fn release(self) -> Result<()> {
         match self {
             Holder::Reentrant(lock) => lock.release_one().await,
+            Holder::Fair(lock) => lock.release_one().await,
             Holder::Simple {
                 lock,
                 token,

@@ -8,6 +8,7 @@
 //! tasks that must exclude each other each call `client.lock(name)`; code
 //! that re-enters the lock passes the same handle (or a clone) down.
 
+mod fair;
 mod guard;
 mod handoff;
 mod release;
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::renewal::{Hold, Ownership, Registration};
 use crate::{keys, scripts, validate};
 
+pub use fair::{FairLock, FairLockInfo};
 pub use guard::LockGuard;
 use handoff::Handoffs;
 pub use simple::SimpleLock;
@@ -613,20 +615,11 @@ impl Lock {
     /// A wrong-type error of an acquire names the lock key; if it is the
     /// fencing counter that holds something else, name that instead.
     async fn name_wrong_type(&self, err: Error) -> Error {
-        if !matches!(err, Error::WrongType { .. }) {
-            return err;
-        }
-        let mut conn = self.shared.client.connection();
-        let kind: redis::RedisResult<String> = redis::cmd("TYPE")
-            .arg(&*self.shared.token_key)
-            .query_async(&mut conn)
-            .await;
-        match kind {
-            Ok(kind) if kind != "string" && kind != "none" => Error::WrongType {
-                key: self.shared.token_key.to_string(),
-            },
-            _ => err,
-        }
+        let token_key = &*self.shared.token_key;
+        self.shared
+            .client
+            .name_wrong_key(err, &[(token_key, "string")])
+            .await
     }
 
     /// Records a grant confirmed by the server (a hold count of `count`,

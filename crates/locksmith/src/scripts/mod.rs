@@ -23,6 +23,16 @@ macro_rules! script {
             ))
         });
     };
+    ($name:ident, fair $file:literal) => {
+        #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `fair.lua`.")]
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("announce.lua"),
+                include_str!("fair.lua"),
+                include_str!($file)
+            ))
+        });
+    };
     ($name:ident, announcing $file:literal) => {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
@@ -43,3 +53,7 @@ script!(SEMAPHORE_UPDATE, announcing "semaphore_update.lua");
 script!(LATCH, announcing "latch.lua");
 script!(EXPIRABLE_ACQUIRE, expirable "expirable_acquire.lua");
 script!(EXPIRABLE_UPDATE, expirable "expirable_update.lua");
+script!(FAIR_ACQUIRE, fair "fair_acquire.lua");
+script!(FAIR_RELEASE, fair "fair_release.lua");
+script!(FAIR_LEAVE, fair "fair_leave.lua");
+script!(FAIR_INFO, "fair_info.lua");

@@ -7,6 +7,7 @@ mod common;
 
 mod cancel;
 mod expirable;
+mod fair;
 mod handoff;
 mod latch;
 mod lock;

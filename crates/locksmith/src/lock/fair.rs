@@ -1,0 +1,611 @@
+//! The fair lock, laid out like Redisson's `RFairLock`: the reentrant
+//! lock's hash, plus a queue of waiting owners (`redisson_lock_queue:{NAME}`)
+//! and their give-up times (`redisson_lock_timeout:{NAME}`). Waiters are
+//! granted in arrival order across all clients; a release wakes only the
+//! waiter at the head, on its own channel
+//! (`redisson_lock__channel:{NAME}:<owner>`).
+//!
+//! Where Redisson counts a waiter gone once a fixed time (5 minutes by
+//! default) has passed since it joined, a locksmith waiter refreshes its
+//! give-up time every third of [`ClientBuilder::fair_lock_wait_timeout`]
+//! while it lives, so a live waiter never loses its place however long the
+//! holder keeps the lock, and a dead one delays the queue by at most that
+//! timeout. Times come from the server's clock.
+//!
+//! [`ClientBuilder::fair_lock_wait_timeout`]: crate::ClientBuilder::fair_lock_wait_timeout
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use super::release::forget;
+use super::{HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
+use crate::batch::{Arg, Batcher, Call};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::notify::{wake_one, Check};
+use crate::renewal::{Hold, Ownership};
+use crate::task::detach;
+use crate::{keys, scripts, validate};
+
+/// A fair (first come, first served) reentrant lock handle.
+///
+/// Like [`Lock`](crate::Lock), a handle is a name plus an owner; every
+/// [`Client::fair_lock`] call makes a new owner and clones share it.
+/// Waiters from every client are granted in the order they first asked.
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let lock = client.fair_lock("payouts")?;
+/// let guard = lock.lock().await?;        // queued behind earlier callers
+/// guard.release().await?;                // wakes only the next in line
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairLock {
+    /// Owner identity, keys and hold state; shared by clones.
+    shared: Arc<Shared>,
+    /// A fixed lease, or `None` for the client's watchdog-renewed lease.
+    lease: Option<Duration>,
+}
+
+/// What every fair lock of one client shares.
+#[derive(Debug)]
+pub(crate) struct FairRoom {
+    /// Coalesces concurrent acquires into shared script calls.
+    acquire: Batcher,
+}
+
+impl FairRoom {
+    fn new(client: &Client) -> Self {
+        FairRoom {
+            acquire: client.batcher(&scripts::FAIR_ACQUIRE),
+        }
+    }
+}
+
+/// What clones of a [`FairLock`] share.
+#[derive(Debug)]
+struct Shared {
+    /// The client the lock lives in.
+    client: Client,
+    /// The client's state for all its fair locks.
+    room: Arc<FairRoom>,
+    /// The lock name: also the key of the lock hash.
+    name: Arc<str>,
+    /// The queue of waiting owners.
+    queue: Arc<str>,
+    /// Waiting owners' give-up times.
+    timeouts: Arc<str>,
+    /// Fencing counter key.
+    token_key: Arc<str>,
+    /// The lock's release channel; each waiter listens on it plus
+    /// `:<owner>`.
+    channel_prefix: Arc<str>,
+    /// This owner's own release channel.
+    channel: Arc<str>,
+    /// This owner's field in the lock hash and entry in the queue.
+    owner: Arc<str>,
+    /// Serializes this owner's acquires and releases, so the hold count
+    /// sent with each call matches the server's.
+    state: Arc<Mutex<HoldState>>,
+}
+
+impl Client {
+    /// A handle on the fair lock `name`, with a new owner (Redisson's
+    /// `RFairLock` layout).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit (or has a broken hash tag on a cluster).
+    pub fn fair_lock(&self, name: impl Into<String>) -> Result<FairLock> {
+        let name = name.into();
+        self.check_name(&name)?;
+        let holder = NEXT_HOLDER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = format!("{}:{holder}", self.id().hyphenated());
+        let prefix = keys::lock_channel(&name);
+        Ok(FairLock {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                room: self.room(FairRoom::new),
+                queue: keys::prefixed("redisson_lock_queue", &name).into(),
+                timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
+                token_key: keys::lock_token(&name).into(),
+                channel: format!("{prefix}:{owner}").into(),
+                channel_prefix: prefix.into(),
+                owner: owner.into(),
+                name: name.into(),
+                state: Arc::new(Mutex::new(HoldState::default())),
+            }),
+            lease: None,
+        })
+    }
+}
+
+/// A snapshot of a fair lock, from [`FairLock::info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairLockInfo {
+    /// Holders, remaining lease and fencing counter, as for a lock.
+    pub lock: LockInfo,
+    /// Waiting owners, first in line first.
+    pub queue: Vec<String>,
+}
+
+/// `fair_info.lua`'s answer: holders, PTTL, fencing counter, queue.
+type FairInfoReply = (Vec<(String, u64)>, i64, Option<u64>, Vec<String>);
+
+/// Outcome of one acquire attempt.
+enum Attempt {
+    /// Granted.
+    Granted(LockGuard),
+    /// Queued at this position; look again no later than `until`.
+    Queued { position: u64, until: Instant },
+}
+
+impl FairLock {
+    /// The same owner with a fixed lease (not renewed by the watchdog).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 10 ms or beyond what
+    /// Redis accepts.
+    pub fn with_lease(&self, lease: Duration) -> Result<FairLock> {
+        validate::lease(lease)?;
+        Ok(FairLock {
+            shared: self.shared.clone(),
+            lease: Some(lease),
+        })
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Waits in line as long as it takes and acquires the lock.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts (after resends);
+    /// [`Error::WrongType`] when a key holds something else;
+    /// [`Error::NotHeld`] when this owner re-enters a hold that was lost;
+    /// [`Error::NotReplicated`] when too few replicas saw the grant.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves the queue at once (in the
+    /// background, after any call in flight settled, so the leave cannot
+    /// be overtaken by a late enqueue), waking the next in line if the lock
+    /// is free; a grant whose reply was never read is released the same
+    /// way, with this owner's state held until then.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        loop {
+            if let Some(guard) = self.acquire(None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries once; `None` when the lock is held or others are in line.
+    ///
+    /// # Errors
+    /// As for [`FairLock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`FairLock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO)).await
+    }
+
+    /// Waits in line at most `wait`; `None` when the lock did not come in
+    /// time (the owner then leaves the queue at once).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+    /// as for [`FairLock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`FairLock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait)).await
+    }
+
+    /// Holders, remaining lease, fencing counter and the queue, read
+    /// atomically.
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read.
+    pub async fn info(&self) -> Result<FairLockInfo> {
+        let shared = &self.shared;
+        let mut invocation = scripts::FAIR_INFO.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.queue)
+            .key(&*shared.token_key);
+        let (holders, ttl, counter, queue): FairInfoReply =
+            shared.client.invoke(&invocation, &shared.name).await?;
+        Ok(FairLockInfo {
+            lock: LockInfo {
+                holders,
+                remaining_lease: u64::try_from(ttl).ok().map(Duration::from_millis),
+                fencing_counter: counter.unwrap_or(0),
+            },
+            queue,
+        })
+    }
+
+    /// The lease to request: fixed, or the client's watchdog lease.
+    fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| self.shared.client.config().lease)
+    }
+
+    /// Try, then wait in line: woken by a message on this owner's channel,
+    /// or when the holder's lease (or a dead head's give-up time) runs
+    /// out, and in any case every third of the wait timeout, which
+    /// refreshes this waiter's give-up time.
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        let client = &self.shared.client;
+        let once = wait.is_some_and(|w| w.is_zero());
+        // A single try does not join the queue.
+        let patience = if once {
+            Duration::ZERO
+        } else {
+            client.config().fair_wait_timeout
+        };
+        // Leaves the queue if this future ends without the lock (dropped,
+        // out of time, or failed).
+        let mut leave = LeaveOnDrop((!once).then(|| self.clone()));
+        let got = client
+            .hub()
+            .wait_on(
+                &self.shared.channel,
+                wake_one,
+                1,
+                deadline,
+                client.config().fair_wait_timeout / 3,
+                || async {
+                    Ok(match self.attempt(patience).await? {
+                        Attempt::Granted(guard) => Check::Done(guard),
+                        // Behind others, a release goes to the head, not to
+                        // us: nothing meant for us can have been missed
+                        // before we listened.
+                        Attempt::Queued { position, until } if position > 0 => {
+                            Check::Behind(Some(until))
+                        }
+                        Attempt::Queued { until, .. } => Check::NotYet(Some(until)),
+                    })
+                },
+            )
+            .await?;
+        if got.is_some() {
+            leave.0 = None;
+        }
+        Ok(got)
+    }
+
+    /// One acquire call (resent on a lost reply), serialized with this
+    /// owner's other calls.
+    async fn attempt(&self, patience: Duration) -> Result<Attempt> {
+        let shared = &self.shared;
+        let client = &shared.client;
+        client.ensure_background();
+        let lease = self.lease();
+        let state = shared.state.clone().lock_owned().await;
+        let expected = state.count;
+        // Shared with the call's undo: if this future is dropped after the
+        // call was sent, the undo takes the state (keeping this owner's
+        // other calls waiting) and releases a grant the reply reports.
+        let slot = Arc::new(StdMutex::new(Some(state)));
+        let call = Call::new(
+            4,
+            [
+                Arg::Text(shared.name.clone()),
+                Arg::Text(shared.queue.clone()),
+                Arg::Text(shared.timeouts.clone()),
+                Arg::Text(shared.token_key.clone()),
+                Arg::Int(lease.as_millis() as u64),
+                Arg::Text(shared.owner.clone()),
+                Arg::Int(u64::from(expected)),
+                Arg::Int(patience.as_millis() as u64),
+            ],
+        );
+        let first_sent = Instant::now();
+        let mut sends = 0;
+        let (reply, sent_at, acked) = loop {
+            sends += 1;
+            let sent_at = Instant::now();
+            let (undo_slot, undo_lock) = (slot.clone(), self.clone());
+            let reply: redis::RedisResult<(Vec<i64>, Option<u32>)> = shared
+                .room
+                .acquire
+                .call_undoable(call.clone(), move |reply| {
+                    let state = undo_slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let (Some(state), true) = (state, granted(&reply)) {
+                        detach(
+                            "undoing the grant of a cancelled fair lock acquire",
+                            "the lock stays held until its lease runs out",
+                            async move { undo_lock.undo_grant(state, expected + 1).await },
+                        );
+                    }
+                })
+                .await;
+            match reply {
+                Ok((reply, acked)) => break (reply, sent_at, acked),
+                Err(e) => {
+                    let e = client.map_err(e, Some(&shared.name));
+                    if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                        tracing::debug!(lock = %shared.name, error = %e, "fair acquire reply lost; resending");
+                        continue;
+                    }
+                    if matches!(e, Error::WrongType { .. }) {
+                        drop(take(&slot));
+                        return Err(self.name_wrong_key(e).await);
+                    }
+                    // The outcome is unknown: undo a grant that may have
+                    // landed, keeping the state until then.
+                    if let Some(state) = take(&slot) {
+                        let this = self.clone();
+                        detach(
+                            "undoing a fair lock acquire whose outcome is unknown",
+                            "a grant that landed stays until its lease runs out",
+                            async move { this.undo_grant(state, expected + 1).await },
+                        );
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let Some(mut state) = take(&slot) else {
+            return Err(self.not_held());
+        };
+        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
+        match field(0) {
+            0 => {
+                let wait = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
+                return Ok(Attempt::Queued {
+                    position: u64::try_from(field(2)).unwrap_or(0),
+                    until: Instant::now() + wait,
+                });
+            }
+            1 | 2 => {}
+            -1 => {
+                forget(&mut state);
+                return Err(self.not_held());
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "unexpected reply {reply:?} from the fair lock acquire script"
+                )))
+            }
+        }
+        let acks = client.acks();
+        if acks.short(acked) {
+            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+            let count = u32::try_from(field(2)).unwrap_or(0);
+            self.undo_grant(state, count).await;
+            return Err(Error::NotReplicated {
+                name: shared.name.to_string(),
+                acked: acked.unwrap_or(0),
+                wanted: acks.min,
+            });
+        }
+        let (token, count) = (field(1), u32::try_from(field(2)).unwrap_or(0));
+        let armed_at = if field(0) == 1 { sent_at } else { first_sent };
+        if state.count == 0 || state.registration.is_none() {
+            state.token = u64::try_from(token).unwrap_or(0);
+            state.registration = Some(client.renewer().register(
+                Hold {
+                    key: shared.name.clone(),
+                    ownership: Ownership::HashField,
+                    owner: shared.owner.clone(),
+                    lease,
+                    renew: self.lease.is_none(),
+                },
+                armed_at,
+            ));
+        } else if let Some(reg) = &state.registration {
+            reg.rearmed(armed_at, lease);
+        }
+        if field(0) == 2 {
+            if let (Some(reg), Some(ms)) = (&state.registration, reply.get(3)) {
+                let left = Duration::from_millis(u64::try_from(*ms).unwrap_or(0));
+                reg.maybe_rearmed(sent_at, left);
+            }
+        }
+        state.count = count;
+        let lease_state = match &state.registration {
+            Some(reg) => reg.state().clone(),
+            None => return Err(self.not_held()),
+        };
+        Ok(Attempt::Granted(LockGuard::fair(
+            self.clone(),
+            state.token,
+            lease_state,
+        )))
+    }
+
+    /// Releases a hold the server may show at `count` that nobody will use
+    /// (an acquire whose caller went away, or one not replicated), with
+    /// the owner's state held throughout.
+    async fn undo_grant(&self, mut state: OwnedMutexGuard<HoldState>, count: u32) {
+        match self.release_call(count).await {
+            // Released the leftover hold: back to what the state says.
+            Ok(Released::Freed | Released::Held(_)) => {}
+            // It never landed, or it was lost: nothing to undo.
+            Ok(Released::NotHeld) => {}
+            Err(e) => {
+                tracing::warn!(lock = %self.shared.name, error = %e, "undoing a fair lock grant failed; it runs out with its lease");
+                forget(&mut state);
+            }
+        }
+        drop(state);
+    }
+
+    /// Releases one hold of this owner (used by [`LockGuard`]).
+    ///
+    /// Cancel safe: runs as a task of its own, so a dropped caller does not
+    /// interrupt it.
+    pub(super) async fn release_one(&self) -> Result<()> {
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let mut state = this.shared.state.clone().lock_owned().await;
+            let expected = state.count;
+            if expected == 0 {
+                return Err(this.not_held());
+            }
+            match this.release_call(expected).await? {
+                Released::Freed => {
+                    state.count = 0;
+                    state.registration = None;
+                    Ok(())
+                }
+                Released::Held(left) => {
+                    state.count = left;
+                    if let Some(reg) = &state.registration {
+                        reg.rearmed(Instant::now(), this.lease());
+                    }
+                    Ok(())
+                }
+                Released::NotHeld => {
+                    forget(&mut state);
+                    Err(this.not_held())
+                }
+            }
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        }
+    }
+
+    /// One release request (resent on a lost reply: it is idempotent).
+    async fn release_call(&self, expected: u32) -> Result<Released> {
+        let shared = &self.shared;
+        let client = &shared.client;
+        let mut sends = 0;
+        loop {
+            sends += 1;
+            let mut invocation = scripts::FAIR_RELEASE.prepare_invoke();
+            invocation
+                .key(&*shared.name)
+                .key(&*shared.queue)
+                .key(&*shared.timeouts)
+                .arg(self.lease().as_millis() as u64)
+                .arg(&*shared.owner)
+                .arg(expected)
+                .arg(&*shared.channel_prefix)
+                .arg(client.notify_mode().code());
+            match client.invoke::<(i64, i64)>(&invocation, &shared.name).await {
+                Ok((1, _)) => return Ok(Released::Freed),
+                Ok((2 | 4, left)) => {
+                    let left = u32::try_from(left).unwrap_or(0);
+                    // A resend whose first send freed the lock finds it
+                    // gone: that is a success, not a loss.
+                    return Ok(if left == 0 {
+                        Released::Freed
+                    } else {
+                        Released::Held(left)
+                    });
+                }
+                Ok((_, on_server)) if sends > 1 && on_server == 0 => return Ok(Released::Freed),
+                Ok(_) => return Ok(Released::NotHeld),
+                Err(e) if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                    tracing::debug!(lock = %shared.name, error = %e, "fair release reply lost; resending");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Leaves the queue (idempotent), waking the next in line if the lock
+    /// is free.
+    async fn leave(&self) -> Result<()> {
+        let shared = &self.shared;
+        let mut invocation = scripts::FAIR_LEAVE.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.queue)
+            .key(&*shared.timeouts)
+            .arg(&*shared.owner)
+            .arg(&*shared.channel_prefix)
+            .arg(shared.client.notify_mode().code());
+        shared
+            .client
+            .invoke::<i64>(&invocation, &shared.name)
+            .await
+            .map(drop)
+    }
+
+    /// Names the key of the wrong type among the fair lock's keys.
+    async fn name_wrong_key(&self, err: Error) -> Error {
+        let shared = &self.shared;
+        let keys = [
+            (&*shared.name, "hash"),
+            (&*shared.queue, "list"),
+            (&*shared.timeouts, "zset"),
+            (&*shared.token_key, "string"),
+        ];
+        shared.client.name_wrong_key(err, &keys).await
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.shared.name.to_string(),
+        }
+    }
+}
+
+/// What a release request found.
+enum Released {
+    /// The lock was freed (the head waiter told).
+    Freed,
+    /// This many holds of the owner remain.
+    Held(u32),
+    /// Not held by this owner.
+    NotHeld,
+}
+
+/// Leaves the fair queue in the background unless disarmed (the acquire
+/// got the lock). Sent after this owner's state is free, so after any
+/// acquire call in flight has settled.
+struct LeaveOnDrop(Option<FairLock>);
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        if let Some(lock) = self.0.take() {
+            detach(
+                "leaving a fair lock queue",
+                "the waiter stays queued until its give-up time",
+                async move {
+                    // Wait for any call of this owner still settling.
+                    let state = lock.shared.state.clone().lock_owned().await;
+                    if let Err(e) = lock.leave().await {
+                        tracing::debug!(lock = %lock.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
+                    }
+                    drop(state);
+                },
+            );
+        }
+    }
+}
+
+/// Takes the owner's state out of the slot shared with an undo.
+fn take(slot: &StdMutex<Option<OwnedMutexGuard<HoldState>>>) -> Option<OwnedMutexGuard<HoldState>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// True when a raw acquire reply says the lock was granted.
+fn granted(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(items)
+        if matches!(items.first(), Some(redis::Value::Int(1 | 2))))
+}

@@ -1,0 +1,87 @@
+-- Acquire fair locks, idempotently, in strict arrival order across clients.
+-- Takes a batch of independent requests (one or many).
+-- Per request i, in order:
+--   KEYS  lock hash, queue list, timeout zset, fencing counter
+--   ARGV  lease in milliseconds, owner field, the hold count the owner
+--         believes it has before this acquire, how long (ms) the owner may
+--         stay queued without asking again before it counts as gone (0: a
+--         single try that does not join the queue)
+-- Returns one reply per request: {1, token, count} granted by this call;
+-- {2, token, count, pttl} granted earlier (a resend whose reply was lost);
+-- {0, wait, position} queued (joined or still there, give-up time
+-- refreshed), at this 0-based position; wait is when to look again without
+-- a message, in ms: the holder's remaining lease, or while the lock is free
+-- but an earlier waiter has not taken it, until that waiter counts as gone;
+-- {-1, count-on-server, 0} when the server disagrees with the owner's count;
+-- {-2, error message} for a request that failed alone.
+local function acquire(key, queue, timeouts, token_key, lease, owner, expected, patience, now)
+    purge(queue, timeouts, now)
+    expected = tonumber(expected)
+    local held = redis.call('hget', key, owner)
+    if held ~= false then
+        held = tonumber(held)
+        if held == expected then
+            local token = tonumber(redis.call('get', token_key) or '0')
+            held = redis.call('hincrby', key, owner, 1)
+            redis.call('pexpire', key, lease)
+            return {1, token, held}
+        end
+        if held == expected + 1 then
+            return {2, tonumber(redis.call('get', token_key) or '0'), held,
+                redis.call('pttl', key)}
+        end
+        return {-1, held, 0}
+    end
+    if expected ~= 0 then
+        return {-1, 0, 0}
+    end
+    local head = redis.call('lindex', queue, 0)
+    if redis.call('exists', key) == 0 and (head == false or head == owner) then
+        local token = redis.call('incr', token_key)
+        if head == owner then
+            redis.call('lpop', queue)
+        end
+        redis.call('zrem', timeouts, owner)
+        redis.call('hset', key, owner, 1)
+        redis.call('pexpire', key, lease)
+        return {1, token, 1}
+    end
+    if patience == '0' then
+        -- A single try: do not join the queue.
+        return {0, math.max(0, redis.call('pttl', key)), -1}
+    end
+    -- Busy: join the queue, or stay in it with a fresh give-up time.
+    local give_up = now + tonumber(patience)
+    local position = redis.call('lpos', queue, owner)
+    if position == false then
+        redis.call('rpush', queue, owner)
+        position = redis.call('llen', queue) - 1
+    end
+    local old = redis.call('zscore', timeouts, owner)
+    if old == false or tonumber(old) < give_up then
+        redis.call('zadd', timeouts, give_up, owner)
+    end
+    local pttl = redis.call('pttl', key)
+    if pttl == -2 then
+        -- Free, but an earlier waiter's turn: look again when it counts as
+        -- gone if it does not take the lock.
+        local head_give_up = redis.call('zscore', timeouts, head)
+        pttl = head_give_up and math.max(0, tonumber(head_give_up) - now) or 0
+    elseif pttl == -1 then
+        pttl = 100
+    end
+    return {0, pttl, position}
+end
+
+local now = now_ms()
+local out = {}
+for i = 1, #KEYS / 4 do
+    local ok, reply = pcall(acquire, KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1],
+        KEYS[4 * i], ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], now)
+    if ok then
+        out[i] = reply
+    else
+        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
+    end
+end
+return out

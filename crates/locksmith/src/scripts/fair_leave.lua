@@ -1,0 +1,18 @@
+-- A fair lock waiter gives up: it leaves the queue at once, and if the lock
+-- is free, the waiter now at the head is told (it may have been waiting
+-- behind the one that left).
+-- KEYS[1]  lock hash
+-- KEYS[2]  queue list
+-- KEYS[3]  timeout zset
+-- ARGV[1]  owner field
+-- ARGV[2]  release channel prefix redisson_lock__channel:{NAME}
+-- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
+-- Returns 1 when the owner was queued, 0 when it was not.
+local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local removed = redis.call('lrem', queue, 0, ARGV[1])
+redis.call('zrem', timeouts, ARGV[1])
+purge(queue, timeouts, now_ms())
+if redis.call('exists', key) == 0 then
+    wake_head(queue, ARGV[2], '0', ARGV[3])
+end
+return removed > 0 and 1 or 0

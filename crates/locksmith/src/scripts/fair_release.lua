@@ -1,0 +1,36 @@
+-- Release one hold of a fair lock, idempotently; a final release wakes
+-- only the waiter at the head of the queue (Redisson's fair unlock).
+-- KEYS[1]  lock hash
+-- KEYS[2]  queue list
+-- KEYS[3]  timeout zset
+-- ARGV[1]  lease in milliseconds (re-armed while holds remain)
+-- ARGV[2]  owner field
+-- ARGV[3]  the hold count the owner believes it has before this release
+-- ARGV[4]  release channel prefix redisson_lock__channel:{NAME}
+-- ARGV[5]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
+-- Returns {1, 0} freed (the head waiter told), {2, count} one hold
+-- released, count left, lease re-armed; {4, count} nothing changed, the
+-- owner has count holds (a resend whose first send landed); {0, count} not
+-- held by this owner (count on the server, 0 when none).
+local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local owner, expected, prefix, mode = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+purge(queue, timeouts, now_ms())
+local held = redis.call('hget', key, owner)
+if held == false then
+    return {0, 0}
+end
+held = tonumber(held)
+if held == expected then
+    if held > 1 then
+        held = redis.call('hincrby', key, owner, -1)
+        redis.call('pexpire', key, ARGV[1])
+        return {2, held}
+    end
+    redis.call('del', key)
+    wake_head(queue, prefix, '0', mode)
+    return {1, 0}
+end
+if held == expected - 1 then
+    return {4, held}
+end
+return {0, held}

@@ -1,0 +1,443 @@
+//! The fair lock on every topology: strict arrival order across clients,
+//! dead and departed waiters, reentrancy and fencing, cancellation, and a
+//! queue shared with a Redisson-style client.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use locksmith::{Client, ErrorKind};
+use redis::Script;
+
+use crate::common::{eventually, Env, Topo};
+
+crate::on_every_topology!(
+    waiters_are_granted_in_arrival_order_across_clients,
+    a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time,
+    a_waiter_that_gives_up_leaves_at_once,
+    reentrant_with_fencing_and_try_lock_does_not_queue,
+    cancelled_waiters_leave_no_trace,
+    a_redisson_waiter_shares_the_queue,
+);
+
+async fn queue_len(client: &Client, name: &str) -> usize {
+    client
+        .fair_lock(name)
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .queue
+        .len()
+}
+
+async fn waiters_are_granted_in_arrival_order_across_clients(env: Env) {
+    const WAITERS: usize = 32;
+    let clients = [
+        env.client(Duration::from_secs(30)).await,
+        env.client(Duration::from_secs(30)).await,
+    ];
+    let name = env.name("payouts");
+    let holder = clients[0]
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let lock = clients[i % 2].fair_lock(name.clone()).unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        // Enqueue in a known order: wait until this one is in line.
+        let queued = eventually(Duration::from_secs(10), || async {
+            queue_len(&clients[0], &name).await == i + 1
+        })
+        .await;
+        assert!(queued, "waiter {i} joined the queue");
+    }
+    holder.release().await.unwrap();
+    let all = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every waiter is granted");
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "strict FIFO");
+    assert_eq!(queue_len(&clients[0], &name).await, 0);
+}
+
+/// Puts a waiter in line that will never ask again (a dead process), with
+/// the give-up time `ms` from now on the server's clock.
+fn enqueue_dead_waiter(env: &Env, name: &str, owner: &str, ms: u64) {
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    let timeouts = format!("redisson_lock_timeout:{{{name}}}");
+    let () = Script::new(
+        r#"
+        local t = redis.call('time')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('rpush', KEYS[1], ARGV[1])
+        redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+        "#,
+    )
+    .key(&queue)
+    .key(&timeouts)
+    .arg(owner)
+    .arg(ms)
+    .invoke(&mut env.node_for(name))
+    .unwrap();
+}
+
+async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
+    let client = env
+        .builder(Duration::from_secs(30))
+        .fair_lock_wait_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let name = env.name("dead-waiter");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    enqueue_dead_waiter(&env, &name, "dead-process:1", 1_000);
+    let lock = client.fair_lock(name.clone()).unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 2
+        })
+        .await
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, guard) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("granted after the dead waiter's give-up time")
+        .unwrap();
+    let delay = granted - released;
+    // At most the dead waiter's give-up time plus one refresh period (a
+    // third of it) and scheduling slack.
+    assert!(delay < Duration::from_secs(4), "delayed {delay:?}");
+    guard.release().await.unwrap();
+    assert_eq!(
+        queue_len(&client, &name).await,
+        0,
+        "the dead waiter was purged"
+    );
+}
+
+async fn a_waiter_that_gives_up_leaves_at_once(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("gives-up");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let quitter = client.fair_lock(name.clone()).unwrap();
+    assert!(quitter
+        .try_lock_for(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            queue_len(&client, &name).await == 0
+        })
+        .await,
+        "left the queue"
+    );
+    // A waiter cancelled by its caller leaves the same way.
+    let cancelled = client.fair_lock(name.clone()).unwrap();
+    let _ = tokio::time::timeout(Duration::from_millis(300), cancelled.lock()).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            queue_len(&client, &name).await == 0
+        })
+        .await
+    );
+
+    // The next waiter is not held up by either.
+    let next = client.fair_lock(name.clone()).unwrap();
+    let waiter = tokio::spawn(async move { next.lock().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 1
+        })
+        .await
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(5));
+    guard.release().await.unwrap();
+}
+
+async fn reentrant_with_fencing_and_try_lock_does_not_queue(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("reentrant");
+    let lock = client.fair_lock(name.clone()).unwrap();
+    let first = lock.lock().await.unwrap();
+    let second = lock.lock().await.unwrap();
+    assert_eq!(first.fencing_token(), second.fencing_token());
+    let info = lock.info().await.unwrap();
+    assert_eq!(info.lock.holders, vec![(lock.owner().to_owned(), 2)]);
+
+    let other = client.fair_lock(name.clone()).unwrap();
+    assert!(other.try_lock().await.unwrap().is_none());
+    assert!(
+        lock.info().await.unwrap().queue.is_empty(),
+        "try_lock does not queue"
+    );
+    second.release().await.unwrap();
+    assert!(other.try_lock().await.unwrap().is_none(), "one hold left");
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    let next = other.try_lock().await.unwrap().expect("free now");
+    assert!(next.fencing_token() > token, "tokens increase");
+    next.release().await.unwrap();
+
+    // A hold deleted behind the holder's back: its release says so.
+    let taken = other.lock().await.unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(&name)
+        .query(&mut env.node_for(&name))
+        .unwrap();
+    assert_eq!(
+        taken.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+
+    // Keys of another kind under the lock's queue name: a clear error.
+    let queue = format!("redisson_lock_queue:{{{}}}", env.name("wrong"));
+    let _: () = redis::cmd("SET")
+        .arg(&queue)
+        .arg("x")
+        .query(&mut env.node_for(&queue))
+        .unwrap();
+    let wrong = client.fair_lock(env.name("wrong")).unwrap();
+    let err = wrong.lock().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert!(
+        err.to_string().contains(&queue),
+        "names the queue key: {err}"
+    );
+    assert!(
+        env.existing(&[env.name("wrong")]).is_empty(),
+        "nothing taken"
+    );
+}
+
+async fn cancelled_waiters_leave_no_trace(env: Env) {
+    let clients = [
+        env.client(Duration::from_secs(30)).await,
+        env.client(Duration::from_secs(30)).await,
+    ];
+    let name = env.name("cancel");
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let lock = clients[t % 2].fair_lock(name.clone()).unwrap();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let patience =
+                    Duration::from_micros((uuid::Uuid::new_v4().as_u128() % 5_000) as u64);
+                if let Ok(guard) = tokio::time::timeout(patience, lock.lock()).await {
+                    guard.unwrap().release().await.unwrap();
+                }
+            }
+        }));
+    }
+    let all = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(90), all)
+        .await
+        .expect("bounded run");
+    let lock = clients[0].fair_lock(name.clone()).unwrap();
+    let clean = eventually(Duration::from_secs(10), || async {
+        let info = lock.info().await.unwrap();
+        info.queue.is_empty() && !info.lock.is_locked()
+    })
+    .await;
+    assert!(clean, "{:?}", lock.info().await.unwrap());
+    let guard = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .expect("free at once")
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Redisson's fair `tryLock` with a wait (EVAL_LONG): nil granted, else a
+/// ttl; joins the queue with a give-up time from its own clock.
+const JAVA_FAIR_ACQUIRE: &str = r#"
+while true do
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);
+    if firstThreadId2 == false then break; end;
+    local timeout = redis.call('zscore', KEYS[3], firstThreadId2);
+    if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then
+        redis.call('zrem', KEYS[3], firstThreadId2);
+        redis.call('lpop', KEYS[2]);
+    else break; end;
+end;
+if (redis.call('exists', KEYS[1]) == 0)
+    and ((redis.call('exists', KEYS[2]) == 0) or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then
+    redis.call('lpop', KEYS[2]);
+    redis.call('zrem', KEYS[3], ARGV[2]);
+    local keys = redis.call('zrange', KEYS[3], 0, -1);
+    for i = 1, #keys, 1 do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]); end;
+    redis.call('hset', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+local timeout = redis.call('zscore', KEYS[3], ARGV[2]);
+if timeout ~= false then
+    return math.max(0, redis.call('pttl', KEYS[1]));
+end;
+local lastThreadId = redis.call('lindex', KEYS[2], -1);
+local ttl;
+if lastThreadId ~= false and lastThreadId ~= ARGV[2] and redis.call('zscore', KEYS[3], lastThreadId) ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);
+else
+    ttl = redis.call('pttl', KEYS[1]);
+end;
+local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);
+if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[2], ARGV[2]);
+end;
+return ttl;
+"#;
+
+/// Redisson's fair unlock (without its unlock-latch key): wakes the head
+/// on its own channel.
+const JAVA_FAIR_RELEASE: &str = r#"
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; end;
+redis.call('del', KEYS[1]);
+local nextThreadId = redis.call('lindex', KEYS[2], 0);
+if nextThreadId ~= false then redis.call(ARGV[4], KEYS[4] .. ':' .. nextThreadId, ARGV[1]); end;
+return 1;
+"#;
+
+async fn a_redisson_waiter_shares_the_queue(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("shared-fair");
+    let (queue, timeouts) = (
+        format!("redisson_lock_queue:{{{name}}}"),
+        format!("redisson_lock_timeout:{{{name}}}"),
+    );
+    let prefix = format!("redisson_lock__channel:{{{name}}}");
+    let sharded = env.topo == Topo::Cluster;
+    let publish = if sharded { "spublish" } else { "publish" };
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java_owner = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:91".to_owned();
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let java_try = {
+        let (name, queue, timeouts, owner, node) = (
+            name.clone(),
+            queue.clone(),
+            timeouts.clone(),
+            java_owner.clone(),
+            node.clone(),
+        );
+        move || -> Option<i64> {
+            Script::new(JAVA_FAIR_ACQUIRE)
+                .key(&name)
+                .key(&queue)
+                .key(&timeouts)
+                .arg(30_000)
+                .arg(&owner)
+                .arg(300_000)
+                .arg(now_ms())
+                .invoke(&mut node.get_connection().unwrap())
+                .unwrap()
+        }
+    };
+
+    // We hold; Java queues behind us, subscribed on its own channel; our
+    // release wakes it (and only it).
+    let guard = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let java_channel = format!("{prefix}:{java_owner}");
+    let mut sub = node.get_connection().unwrap();
+    let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
+    redis::cmd(subscribe)
+        .arg(&java_channel)
+        .exec(&mut sub)
+        .unwrap();
+    assert!(java_try().is_some(), "Java queues");
+    assert_eq!(queue_len(&client, &name).await, 1);
+    guard.release().await.unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let redis::Value::Array(parts) = sub.recv_response().unwrap() else {
+        panic!("no message on the Java waiter's channel")
+    };
+    assert_eq!(redis::from_redis_value::<i64>(parts[2].clone()).unwrap(), 0);
+    assert_eq!(java_try(), None, "the Java waiter is granted");
+
+    // Now Java holds and our waiter queues; Java's release wakes ours.
+    let lock = client.fair_lock(name.clone()).unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = lock.lock().await.unwrap();
+        (guard, started.elapsed())
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 1
+        })
+        .await
+    );
+    let freed: Option<i64> = Script::new(JAVA_FAIR_RELEASE)
+        .key(&name)
+        .key(&queue)
+        .key(&timeouts)
+        .key(&prefix)
+        .arg(0)
+        .arg(30_000)
+        .arg(&java_owner)
+        .arg(publish)
+        .invoke(&mut node.get_connection().unwrap())
+        .unwrap();
+    assert_eq!(freed, Some(1));
+    let (guard, waited) = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    // Woken by the message, well before a refresh or a lease would have.
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    guard.release().await.unwrap();
+}
