@@ -48,6 +48,15 @@ pub enum Error {
         name: String,
     },
 
+    /// A read-write lock owner that holds read holds asked for the write
+    /// hold: waiting for it would wait for itself. Release the read holds
+    /// first (the reverse, a writer taking read holds, is allowed).
+    #[error("read-write lock {name:?}: this owner holds read holds and asked for the write hold (an upgrade would deadlock); release the read holds first")]
+    Upgrade {
+        /// The lock's name.
+        name: String,
+    },
+
     /// A permit of a permit-expirable semaphore was not held when it was
     /// released: its lease had run out (`expired`; it is back in the pool,
     /// and its holder had lost it), or no such permit exists (never issued,
@@ -94,6 +103,8 @@ pub enum ErrorKind {
     WrongType,
     /// The caller does not hold the lock it tried to release.
     NotHeld,
+    /// A read-write lock reader asked for the write hold.
+    Upgrade,
     /// A grant was not acknowledged by enough replicas and was rolled
     /// back; retrying may succeed once the replicas catch up.
     NotReplicated,
@@ -113,6 +124,7 @@ impl Error {
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::WrongType { .. } => ErrorKind::WrongType,
             Error::NotHeld { .. } | Error::PermitNotHeld { .. } => ErrorKind::NotHeld,
+            Error::Upgrade { .. } => ErrorKind::Upgrade,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)

@@ -10,7 +10,8 @@
 //! - [`Error`] / [`ErrorKind`] (`error.rs`): the one error type.
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
 //!   [`SimpleLock`], the `SET NX PX` lock; [`FairLock`] (`lock/fair.rs`),
-//!   first come, first served.
+//!   first come, first served; [`ReadWriteLock`] (`lock/rw.rs`), shared
+//!   readers or one writer.
 //! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
 //!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
 //!   leases.
@@ -49,7 +50,9 @@ pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
-pub use lock::{FairLock, FairLockInfo, Lock, LockGuard, LockInfo, SimpleLock};
+pub use lock::{
+    FairLock, FairLockInfo, Lock, LockGuard, LockInfo, ReadWriteLock, ReadWriteLockInfo, SimpleLock,
+};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.

@@ -33,6 +33,10 @@ pub(crate) enum Ownership {
     HashField,
     /// The value of a string key (simple SET NX lock).
     StringToken,
+    /// An owner's read holds of a read-write lock: the field counts them,
+    /// each has its own timeout key, and the hash lives as long as the
+    /// longest.
+    ReadHolds,
     /// A member of a permit-expirable semaphore's timeout zset (the key),
     /// whose score is its expiry on the server's clock; the owner is the
     /// permit id in hex.
@@ -44,6 +48,7 @@ impl Ownership {
         match self {
             Ownership::HashField => "h",
             Ownership::StringToken => "s",
+            Ownership::ReadHolds => "r",
             Ownership::PermitLease => "z",
         }
     }

@@ -14,19 +14,19 @@
 //!
 //! [`ClientBuilder::fair_lock_wait_timeout`]: crate::ClientBuilder::fair_lock_wait_timeout
 
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use super::release::forget;
-use super::{HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
+use super::{attempt, HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
 use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::notify::{wake_one, Check};
-use crate::renewal::{Hold, Ownership};
+use crate::renewal::Ownership;
 use crate::task::detach;
 use crate::{keys, scripts, validate};
 
@@ -302,10 +302,6 @@ impl FairLock {
         let lease = self.lease();
         let state = shared.state.clone().lock_owned().await;
         let expected = state.count;
-        // Shared with the call's undo: if this future is dropped after the
-        // call was sent, the undo takes the state (keeping this owner's
-        // other calls waiting) and releases a grant the reply reports.
-        let slot = Arc::new(StdMutex::new(Some(state)));
         let call = Call::new(
             4,
             [
@@ -319,56 +315,28 @@ impl FairLock {
                 Arg::Int(patience.as_millis() as u64),
             ],
         );
-        let first_sent = Instant::now();
-        let mut sends = 0;
-        let (reply, sent_at, acked) = loop {
-            sends += 1;
-            let sent_at = Instant::now();
-            let (undo_slot, undo_lock) = (slot.clone(), self.clone());
-            let reply: redis::RedisResult<(Vec<i64>, Option<u32>)> = shared
-                .room
-                .acquire
-                .call_undoable(call.clone(), move |reply| {
-                    let state = undo_slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let (Some(state), true) = (state, granted(&reply)) {
-                        detach(
-                            "undoing the grant of a cancelled fair lock acquire",
-                            "the lock stays held until its lease runs out",
-                            async move { undo_lock.undo_grant(state, expected + 1).await },
-                        );
-                    }
-                })
-                .await;
-            match reply {
-                Ok((reply, acked)) => break (reply, sent_at, acked),
-                Err(e) => {
-                    let e = client.map_err(e, Some(&shared.name));
-                    if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
-                        tracing::debug!(lock = %shared.name, error = %e, "fair acquire reply lost; resending");
-                        continue;
-                    }
-                    if matches!(e, Error::WrongType { .. }) {
-                        drop(take(&slot));
-                        return Err(self.name_wrong_key(e).await);
-                    }
-                    // The outcome is unknown: undo a grant that may have
-                    // landed, keeping the state until then.
-                    if let Some(state) = take(&slot) {
-                        let this = self.clone();
-                        detach(
-                            "undoing a fair lock acquire whose outcome is unknown",
-                            "a grant that landed stays until its lease runs out",
-                            async move { this.undo_grant(state, expected + 1).await },
-                        );
-                    }
-                    return Err(e);
-                }
-            }
+        let this = self.clone();
+        let undo: attempt::Undo<HoldState> = Arc::new(move |state| {
+            let this = this.clone();
+            Box::pin(async move { this.undo_grant(state, expected + 1).await })
+        });
+        let reply = match attempt::send(
+            client,
+            &shared.name,
+            &shared.room.acquire,
+            call,
+            state,
+            undo,
+        )
+        .await
+        {
+            Ok(reply) => reply,
+            Err(e) => return Err(self.name_wrong_key(e).await),
         };
-        let Some(mut state) = take(&slot) else {
-            return Err(self.not_held());
-        };
-        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
+        let fields = reply.fields;
+        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+        let (sent_at, first_sent, acked) = (reply.sent_at, reply.first_sent, reply.acked);
+        let mut state = reply.state;
         match field(0) {
             0 => {
                 let wait = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
@@ -384,7 +352,7 @@ impl FairLock {
             }
             _ => {
                 return Err(Error::invalid(format!(
-                    "unexpected reply {reply:?} from the fair lock acquire script"
+                    "unexpected reply {fields:?} from the fair lock acquire script"
                 )))
             }
         }
@@ -399,33 +367,23 @@ impl FairLock {
                 wanted: acks.min,
             });
         }
-        let (token, count) = (field(1), u32::try_from(field(2)).unwrap_or(0));
-        let armed_at = if field(0) == 1 { sent_at } else { first_sent };
-        if state.count == 0 || state.registration.is_none() {
-            state.token = u64::try_from(token).unwrap_or(0);
-            state.registration = Some(client.renewer().register(
-                Hold {
-                    key: shared.name.clone(),
-                    ownership: Ownership::HashField,
-                    owner: shared.owner.clone(),
-                    lease,
-                    renew: self.lease.is_none(),
-                },
-                armed_at,
-            ));
-        } else if let Some(reg) = &state.registration {
-            reg.rearmed(armed_at, lease);
-        }
-        if field(0) == 2 {
-            if let (Some(reg), Some(ms)) = (&state.registration, reply.get(3)) {
-                let left = Duration::from_millis(u64::try_from(*ms).unwrap_or(0));
-                reg.maybe_rearmed(sent_at, left);
-            }
-        }
-        state.count = count;
-        let lease_state = match &state.registration {
-            Some(reg) => reg.state().clone(),
-            None => return Err(self.not_held()),
+        let grant = attempt::Granted {
+            status: field(0),
+            token: field(1),
+            count: u32::try_from(field(2)).unwrap_or(0),
+            left_ms: field(3),
+            sent_at,
+            first_sent,
+        };
+        let hold = attempt::hash_hold(
+            &shared.name,
+            Ownership::HashField,
+            shared.owner.clone(),
+            lease,
+            self.lease.is_none(),
+        );
+        let Some(lease_state) = attempt::record_grant(client, &mut state, grant, hold) else {
+            return Err(self.not_held());
         };
         Ok(Attempt::Granted(LockGuard::fair(
             self.clone(),
@@ -597,15 +555,4 @@ impl Drop for LeaveOnDrop {
             );
         }
     }
-}
-
-/// Takes the owner's state out of the slot shared with an undo.
-fn take(slot: &StdMutex<Option<OwnedMutexGuard<HoldState>>>) -> Option<OwnedMutexGuard<HoldState>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
-
-/// True when a raw acquire reply says the lock was granted.
-fn granted(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::Array(items)
-        if matches!(items.first(), Some(redis::Value::Int(1 | 2))))
 }

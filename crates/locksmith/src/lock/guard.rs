@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::error::Result;
 use crate::lease::{LeaseState, LostSignal};
+use crate::lock::rw::Side;
 use crate::lock::simple::SimpleLock;
-use crate::lock::{FairLock, Lock};
+use crate::lock::{FairLock, Lock, ReadWriteLock};
 use crate::renewal::Registration;
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether the
@@ -37,6 +38,8 @@ enum Holder {
     Reentrant(Lock),
     /// One hold count of a fair lock owner.
     Fair(FairLock),
+    /// One read or write hold of a read-write lock owner.
+    ReadWrite(ReadWriteLock, Side),
     /// A simple lock held under a random token; the registration keeps the
     /// watchdog (or expiry timer) running for it.
     Simple {
@@ -58,6 +61,19 @@ impl LockGuard {
     pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
         LockGuard {
             holder: Some(Holder::Fair(lock)),
+            token,
+            lease,
+        }
+    }
+
+    pub(crate) fn read_write(
+        lock: ReadWriteLock,
+        side: Side,
+        token: u64,
+        lease: Arc<LeaseState>,
+    ) -> Self {
+        LockGuard {
+            holder: Some(Holder::ReadWrite(lock, side)),
             token,
             lease,
         }
@@ -92,6 +108,7 @@ impl LockGuard {
         match &self.holder {
             Some(Holder::Reentrant(lock)) => lock.name(),
             Some(Holder::Fair(lock)) => lock.name(),
+            Some(Holder::ReadWrite(lock, _)) => lock.name(),
             Some(Holder::Simple { lock, .. }) => lock.name(),
             None => "",
         }
@@ -148,6 +165,7 @@ impl Holder {
         match self {
             Holder::Reentrant(lock) => lock.release_one().await,
             Holder::Fair(lock) => lock.release_one().await,
+            Holder::ReadWrite(lock, side) => lock.release_one(side).await,
             Holder::Simple {
                 lock,
                 token,

@@ -8,10 +8,12 @@
 //! tasks that must exclude each other each call `client.lock(name)`; code
 //! that re-enters the lock passes the same handle (or a clone) down.
 
+mod attempt;
 mod fair;
 mod guard;
 mod handoff;
 mod release;
+mod rw;
 mod simple;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +32,7 @@ use crate::{keys, scripts, validate};
 pub use fair::{FairLock, FairLockInfo};
 pub use guard::LockGuard;
 use handoff::Handoffs;
+pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 
 use handoff::{Claim, TicketGuard};

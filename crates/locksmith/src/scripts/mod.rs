@@ -33,6 +33,16 @@ macro_rules! script {
             ))
         });
     };
+    ($name:ident, rw $file:literal) => {
+        #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `rw.lua`.")]
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("announce.lua"),
+                include_str!("rw.lua"),
+                include_str!($file)
+            ))
+        });
+    };
     ($name:ident, announcing $file:literal) => {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
@@ -57,3 +67,6 @@ script!(FAIR_ACQUIRE, fair "fair_acquire.lua");
 script!(FAIR_RELEASE, fair "fair_release.lua");
 script!(FAIR_LEAVE, fair "fair_leave.lua");
 script!(FAIR_INFO, "fair_info.lua");
+script!(RW_ACQUIRE, rw "rw_acquire.lua");
+script!(RW_RELEASE, rw "rw_release.lua");
+script!(RW_INFO, "rw_info.lua");

@@ -1,7 +1,9 @@
 -- Renew many leases in one call (the watchdog's batch).
 -- KEYS[i]  a lock key
 -- ARGV     triples per key: kind ('h' = reentrant hash field, 's' = string
---          token, 'z' = member of a permit-expirable semaphore's timeout
+--          token, 'r' = an owner's read holds of a read-write lock (its
+--          field counts them; each has a {NAME}:<owner>:rwlock_timeout:<n>
+--          key), 'z' = member of a permit-expirable semaphore's timeout
 --          zset, its expiry an epoch-ms score on the server's clock), owner
 --          (field, token, or permit id as 32 hex digits), lease in
 --          milliseconds
@@ -17,6 +19,21 @@ for i, key in ipairs(KEYS) do
     if kind == 'h' then
         if redis.pcall('hexists', key, owner) == 1 then
             redis.call('pexpire', key, lease)
+            ok = 1
+        end
+    elseif kind == 'r' then
+        local count = tonumber(redis.pcall('hget', key, owner))
+        if count ~= nil and count > 0 then
+            local prefix
+            if key:find('{', 1, true) then
+                prefix = key .. ':' .. owner .. ':rwlock_timeout'
+            else
+                prefix = '{' .. key .. '}:' .. owner .. ':rwlock_timeout'
+            end
+            for n = 1, count do
+                redis.call('pexpire', prefix .. ':' .. n, lease)
+            end
+            redis.call('pexpire', key, math.max(redis.call('pttl', key), tonumber(lease)))
             ok = 1
         end
     elseif kind == 'z' then

@@ -12,4 +12,5 @@ mod handoff;
 mod latch;
 mod lock;
 mod redisson;
+mod rw;
 mod semaphore;

@@ -1,0 +1,614 @@
+//! The read-write lock, laid out like Redisson's `RReadWriteLock`: one hash
+//! `NAME` with a `mode` field (`read` or `write`), a field per reader owner
+//! (`<owner>` = its read hold count) and the writer's field
+//! (`<owner>:write`). Every read hold has its own timeout key
+//! (`{NAME}:<owner>:rwlock_timeout:<n>`) with its own lease, and the hash
+//! lives as long as the longest. Changes are announced on
+//! `redisson_rwlock:{NAME}`.
+//!
+//! Many readers or one writer; both reentrant. The writer may also take
+//! read holds (a downgrade: once it releases its write holds, its read
+//! holds keep others' writes out). A reader asking for the write lock gets
+//! [`Error::Upgrade`] instead of waiting forever for itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use super::release::forget;
+use super::{attempt, HoldState, LockGuard, ATTEMPTS, NEXT_HOLDER_ID};
+use crate::batch::{Arg, Batcher, Call};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::notify::{Check, Wake};
+use crate::renewal::Ownership;
+use crate::{keys, scripts, validate};
+
+/// A distributed read-write lock handle (Redisson's `RReadWriteLock`
+/// layout).
+///
+/// A handle is a name plus an owner, as for [`Lock`](crate::Lock): every
+/// [`Client::read_write_lock`] call makes a new owner; clones share it.
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let prices = client.read_write_lock("prices")?;
+/// let read = prices.read().await?;           // shared with other readers
+/// read.release().await?;
+/// let write = prices.write().await?;         // alone
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock {
+    /// Owner identity, keys and hold state; shared by clones.
+    shared: Arc<Shared>,
+    /// A fixed lease, or `None` for the client's watchdog-renewed lease.
+    lease: Option<Duration>,
+    /// Readers new to the lock wait while a writer waits.
+    prefer_writers: bool,
+}
+
+/// Which side of the lock a hold is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A shared read hold.
+    Read,
+    /// The exclusive write hold.
+    Write,
+}
+
+impl Side {
+    fn code(self) -> &'static str {
+        match self {
+            Side::Read => "r",
+            Side::Write => "w",
+        }
+    }
+}
+
+/// What every read-write lock of one client shares.
+#[derive(Debug)]
+pub(crate) struct RwRoom {
+    /// Coalesces concurrent acquires into shared script calls.
+    acquire: Batcher,
+}
+
+impl RwRoom {
+    fn new(client: &Client) -> Self {
+        RwRoom {
+            acquire: client.batcher(&scripts::RW_ACQUIRE),
+        }
+    }
+}
+
+/// What clones of a [`ReadWriteLock`] share.
+#[derive(Debug)]
+struct Shared {
+    /// The client the lock lives in.
+    client: Client,
+    /// The client's state for all its read-write locks.
+    room: Arc<RwRoom>,
+    /// The lock name: also the key of the lock hash.
+    name: Arc<str>,
+    /// Fencing counter key.
+    token_key: Arc<str>,
+    /// Writers waiting with a preference claim (locksmith's own key).
+    writers: Arc<str>,
+    /// Where unlocks are announced.
+    channel: Arc<str>,
+    /// This owner's reader field.
+    owner: Arc<str>,
+    /// This owner's writer field.
+    writer_field: Arc<str>,
+    /// This owner's read and write holds, serialized.
+    state: Arc<Mutex<RwState>>,
+}
+
+/// One owner's holds on both sides.
+#[derive(Debug, Default)]
+struct RwState {
+    /// Read holds.
+    read: HoldState,
+    /// Write holds.
+    write: HoldState,
+}
+
+impl RwState {
+    fn side(&mut self, side: Side) -> &mut HoldState {
+        match side {
+            Side::Read => &mut self.read,
+            Side::Write => &mut self.write,
+        }
+    }
+}
+
+/// The notify policy of a read-write lock channel: every message wakes
+/// every waiter of this client (after a write unlock all readers may go;
+/// after the last read unlock the writers race, and the losers wait again).
+fn wake_everyone(_: &[u8]) -> Wake {
+    Wake::All
+}
+
+impl Client {
+    /// A handle on the read-write lock `name`, with a new owner (Redisson's
+    /// `RReadWriteLock` layout).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit (or has a broken hash tag on a cluster).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> Result<ReadWriteLock> {
+        let name = name.into();
+        self.check_name(&name)?;
+        let holder = NEXT_HOLDER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = format!("{}:{holder}", self.id().hyphenated());
+        Ok(ReadWriteLock {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                room: self.room(RwRoom::new),
+                token_key: keys::lock_token(&name).into(),
+                writers: keys::suffixed(&name, "locksmith_writers").into(),
+                channel: keys::prefixed("redisson_rwlock", &name).into(),
+                writer_field: format!("{owner}:write").into(),
+                owner: owner.into(),
+                name: name.into(),
+                state: Arc::new(Mutex::new(RwState::default())),
+            }),
+            lease: None,
+            prefer_writers: false,
+        })
+    }
+}
+
+/// A snapshot of a read-write lock, from [`ReadWriteLock::info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadWriteLockInfo {
+    /// `"read"`, `"write"`, or `None` when free.
+    pub mode: Option<String>,
+    /// Reader owners and their read hold counts.
+    pub readers: Vec<(String, u64)>,
+    /// The writer owner and its write hold count.
+    pub writer: Option<(String, u64)>,
+    /// Time to live of the lock hash, if held.
+    pub remaining_lease: Option<Duration>,
+    /// Current value of the fencing counter.
+    pub fencing_counter: u64,
+    /// Writers waiting with a preference claim.
+    pub waiting_writers: u64,
+}
+
+/// `rw_info.lua`'s answer: the hash, PTTL, fencing counter, writers.
+type RwInfoReply = (Vec<(String, String)>, i64, Option<u64>, u64);
+
+impl ReadWriteLock {
+    /// The same owner with a fixed lease (not renewed by the watchdog).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 10 ms or beyond what
+    /// Redis accepts.
+    pub fn with_lease(&self, lease: Duration) -> Result<ReadWriteLock> {
+        validate::lease(lease)?;
+        Ok(ReadWriteLock {
+            lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The same owner, preferring writers: while a writer of any locksmith
+    /// client waits, readers that hold nothing yet wait too, so a steady
+    /// stream of readers cannot starve writers. The cost: readers wait
+    /// behind every queued writer (lower read throughput under write
+    /// load), a waiting writer refreshes its claim once per lease third,
+    /// and each read acquire reads one more key. Redisson readers do not
+    /// know the claim and are not held back by it.
+    pub fn prefer_writers(&self) -> ReadWriteLock {
+        ReadWriteLock {
+            prefer_writers: true,
+            ..self.clone()
+        }
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Waits for and takes a read hold (shared with other readers).
+    ///
+    /// # Errors
+    /// Connection errors and timeouts (after resends);
+    /// [`Error::WrongType`] when a key holds something else;
+    /// [`Error::NotHeld`] when this owner's read holds were lost;
+    /// [`Error::NotReplicated`] when too few replicas saw the grant.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves its pub/sub registration, and a
+    /// grant whose reply was never read is released in the background with
+    /// this owner's state held until then.
+    pub async fn read(&self) -> Result<LockGuard> {
+        self.wait_forever(Side::Read).await
+    }
+
+    /// Takes a read hold if possible now; `None` otherwise.
+    ///
+    /// # Errors
+    /// As for [`ReadWriteLock::read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadWriteLock::read`].
+    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Side::Read, Some(Duration::ZERO)).await
+    }
+
+    /// Waits at most `wait` for a read hold.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+    /// as for [`ReadWriteLock::read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadWriteLock::read`].
+    pub async fn try_read_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Side::Read, Some(wait)).await
+    }
+
+    /// Waits for and takes the write hold (exclusive; reentrant).
+    ///
+    /// # Errors
+    /// [`Error::Upgrade`] when this owner holds read holds and no write
+    /// hold (waiting would deadlock: release the read holds first); others
+    /// as for [`ReadWriteLock::read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadWriteLock::read`]; a preferring writer's
+    /// claim is withdrawn in the background.
+    pub async fn write(&self) -> Result<LockGuard> {
+        self.wait_forever(Side::Write).await
+    }
+
+    /// Takes the write hold if possible now; `None` otherwise.
+    ///
+    /// # Errors
+    /// As for [`ReadWriteLock::write`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadWriteLock::write`].
+    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Side::Write, Some(Duration::ZERO)).await
+    }
+
+    /// Waits at most `wait` for the write hold.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+    /// as for [`ReadWriteLock::write`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadWriteLock::write`].
+    pub async fn try_write_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Side::Write, Some(wait)).await
+    }
+
+    /// Mode, readers, writer, lease, fencing counter and waiting writers,
+    /// read atomically.
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read.
+    pub async fn info(&self) -> Result<ReadWriteLockInfo> {
+        let shared = &self.shared;
+        let mut invocation = scripts::RW_INFO.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.token_key)
+            .key(&*shared.writers);
+        let (fields, ttl, counter, waiting): RwInfoReply =
+            shared.client.invoke(&invocation, &shared.name).await?;
+        let mut info = ReadWriteLockInfo {
+            mode: None,
+            readers: Vec::new(),
+            writer: None,
+            remaining_lease: u64::try_from(ttl).ok().map(Duration::from_millis),
+            fencing_counter: counter.unwrap_or(0),
+            waiting_writers: waiting,
+        };
+        for (field, value) in fields {
+            if field == "mode" {
+                info.mode = Some(value);
+            } else if let Some(owner) = field.strip_suffix(":write") {
+                info.writer = Some((owner.to_owned(), value.parse().unwrap_or(0)));
+            } else {
+                info.readers.push((field, value.parse().unwrap_or(0)));
+            }
+        }
+        Ok(info)
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| self.shared.client.config().lease)
+    }
+
+    async fn wait_forever(&self, side: Side) -> Result<LockGuard> {
+        loop {
+            if let Some(guard) = self.acquire(side, None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Try, then wait on the lock's channel; re-check no later than the
+    /// holder's lease end, and (for a preferring writer) every third of the
+    /// lease to keep its claim.
+    async fn acquire(&self, side: Side, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        let client = &self.shared.client;
+        let claim =
+            side == Side::Write && self.prefer_writers && !wait.is_some_and(|w| w.is_zero());
+        let mut withdraw = WithdrawOnDrop(claim.then(|| self.clone()));
+        let recheck = if claim {
+            self.lease() / 3
+        } else {
+            client.config().lease
+        };
+        let got = client
+            .hub()
+            .wait_on(
+                &self.shared.channel,
+                wake_everyone,
+                1,
+                deadline,
+                recheck,
+                || self.attempt(side, claim),
+            )
+            .await;
+        if matches!(got, Ok(Some(_))) {
+            withdraw.0 = None;
+        }
+        got
+    }
+
+    /// One acquire call of `side`; when busy, look again no later than the
+    /// holder's lease end.
+    async fn attempt(&self, side: Side, claim: bool) -> Result<Check<LockGuard>> {
+        let shared = &self.shared;
+        let client = &shared.client;
+        client.ensure_background();
+        let lease = self.lease();
+        let mut state = shared.state.clone().lock_owned().await;
+        let expected = state.side(side).count;
+        let call = Call::new(
+            3,
+            [
+                Arg::Text(shared.name.clone()),
+                Arg::Text(shared.token_key.clone()),
+                Arg::Text(shared.writers.clone()),
+                Arg::Static(side.code()),
+                Arg::Text(shared.owner.clone()),
+                Arg::Int(u64::from(expected)),
+                Arg::Int(lease.as_millis() as u64),
+                Arg::Static(if self.prefer_writers { "1" } else { "0" }),
+                Arg::Int(if claim { lease.as_millis() as u64 } else { 0 }),
+            ],
+        );
+        let this = self.clone();
+        let undo: attempt::Undo<RwState> = Arc::new(move |state| {
+            let this = this.clone();
+            Box::pin(async move { this.undo_grant(state, side, expected + 1).await })
+        });
+        let reply = match attempt::send(
+            client,
+            &shared.name,
+            &shared.room.acquire,
+            call,
+            state,
+            undo,
+        )
+        .await
+        {
+            Ok(reply) => reply,
+            Err(e) => return Err(self.name_wrong_key(e).await),
+        };
+        let fields = reply.fields;
+        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+        state = reply.state;
+        match field(0) {
+            0 => {
+                let pttl = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
+                return Ok(Check::NotYet(Some(Instant::now() + pttl)));
+            }
+            1 | 2 => {}
+            -1 => {
+                forget(state.side(side));
+                return Err(self.not_held());
+            }
+            -3 => {
+                return Err(Error::Upgrade {
+                    name: shared.name.to_string(),
+                })
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "unexpected reply {fields:?} from the read-write lock acquire script"
+                )))
+            }
+        }
+        let acks = client.acks();
+        if acks.short(reply.acked) {
+            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+            let count = u32::try_from(field(2)).unwrap_or(0);
+            self.undo_grant(state, side, count).await;
+            return Err(Error::NotReplicated {
+                name: shared.name.to_string(),
+                acked: reply.acked.unwrap_or(0),
+                wanted: acks.min,
+            });
+        }
+        let grant = attempt::Granted {
+            status: field(0),
+            token: field(1),
+            count: u32::try_from(field(2)).unwrap_or(0),
+            left_ms: field(3),
+            sent_at: reply.sent_at,
+            first_sent: reply.first_sent,
+        };
+        let hold = match side {
+            Side::Read => attempt::hash_hold(
+                &shared.name,
+                Ownership::ReadHolds,
+                shared.owner.clone(),
+                lease,
+                self.lease.is_none(),
+            ),
+            Side::Write => attempt::hash_hold(
+                &shared.name,
+                Ownership::HashField,
+                shared.writer_field.clone(),
+                lease,
+                self.lease.is_none(),
+            ),
+        };
+        let hold_state = state.side(side);
+        let Some(lease_state) = attempt::record_grant(client, hold_state, grant, hold) else {
+            return Err(self.not_held());
+        };
+        let token = hold_state.token;
+        Ok(Check::Done(LockGuard::read_write(
+            self.clone(),
+            side,
+            token,
+            lease_state,
+        )))
+    }
+
+    /// Releases a hold the server may show at `count` that nobody will use,
+    /// with the owner's state held throughout.
+    async fn undo_grant(&self, mut state: OwnedMutexGuard<RwState>, side: Side, count: u32) {
+        if let Err(e) = self.release_call(side, count).await {
+            tracing::warn!(lock = %self.shared.name, error = %e, "undoing a read-write lock grant failed; it runs out with its lease");
+            forget(state.side(side));
+        }
+        drop(state);
+    }
+
+    /// Releases one hold of `side` (used by [`LockGuard`]).
+    ///
+    /// Cancel safe: runs as a task of its own.
+    pub(super) async fn release_one(&self, side: Side) -> Result<()> {
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let mut state = this.shared.state.clone().lock_owned().await;
+            let hold = state.side(side);
+            if hold.count == 0 {
+                return Err(this.not_held());
+            }
+            match this.release_call(side, hold.count).await? {
+                Some(0) => {
+                    hold.count = 0;
+                    hold.registration = None;
+                    Ok(())
+                }
+                Some(left) => {
+                    hold.count = left;
+                    if side == Side::Write {
+                        if let Some(reg) = &hold.registration {
+                            reg.rearmed(Instant::now(), this.lease());
+                        }
+                    }
+                    Ok(())
+                }
+                None => {
+                    forget(hold);
+                    Err(this.not_held())
+                }
+            }
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        }
+    }
+
+    /// One release request of `side` (resent on a lost reply: it is
+    /// idempotent). Answers the holds left, or `None` when not held.
+    async fn release_call(&self, side: Side, expected: u32) -> Result<Option<u32>> {
+        let mut sends = 0;
+        loop {
+            sends += 1;
+            match self.run_release(side.code(), expected).await {
+                Ok((1, _)) => return Ok(Some(0)),
+                Ok((2 | 4, left)) => return Ok(Some(u32::try_from(left).unwrap_or(0))),
+                // A resend whose first send released the last hold.
+                Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
+                Ok(_) => return Ok(None),
+                Err(e) if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                    tracing::debug!(lock = %self.shared.name, error = %e, "read-write release reply lost; resending");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn run_release(&self, kind: &str, expected: u32) -> Result<(i64, i64)> {
+        let shared = &self.shared;
+        let mut invocation = scripts::RW_RELEASE.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.writers)
+            .arg(kind)
+            .arg(&*shared.owner)
+            .arg(expected)
+            .arg(self.lease().as_millis() as u64)
+            .arg(&*shared.channel)
+            .arg(shared.client.notify_mode().code());
+        shared.client.invoke(&invocation, &shared.name).await
+    }
+
+    /// Names the key of the wrong type among the lock's keys.
+    async fn name_wrong_key(&self, err: Error) -> Error {
+        let shared = &self.shared;
+        let keys = [
+            (&*shared.name, "hash"),
+            (&*shared.token_key, "string"),
+            (&*shared.writers, "zset"),
+        ];
+        shared.client.name_wrong_key(err, &keys).await
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.shared.name.to_string(),
+        }
+    }
+}
+
+/// Withdraws a preferring writer's claim in the background unless
+/// disarmed (the writer got the lock, which removes the claim itself).
+struct WithdrawOnDrop(Option<ReadWriteLock>);
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        if let Some(lock) = self.0.take() {
+            crate::task::detach(
+                "withdrawing a waiting writer's claim",
+                "it lapses after one lease",
+                async move {
+                    // After any call of this owner still settling.
+                    let state = lock.shared.state.clone().lock_owned().await;
+                    let _ = lock.run_release("leave", 0).await;
+                    drop(state);
+                },
+            );
+        }
+    }
+}

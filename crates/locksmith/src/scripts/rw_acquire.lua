@@ -1,0 +1,105 @@
+-- Acquire read or write holds of read-write locks, idempotently.
+-- Takes a batch of independent requests (one or many).
+-- Per request i, in order:
+--   KEYS  lock hash, fencing counter, waiting-writers zset
+--         {NAME}:locksmith_writers (locksmith's own: writer preference)
+--   ARGV  'r' or 'w', owner, this owner's hold count of that kind before
+--         this acquire, lease in milliseconds, '1' when writers are
+--         preferred ('0' otherwise), how long (ms) a waiting writer's claim
+--         lasts unless renewed
+-- Returns one reply per request: {1, token, count} granted by this call;
+-- {2, token, count, pttl} granted earlier (a resend whose reply was lost);
+-- {0, pttl, 0} busy; {-1, count-on-server, 0} the server disagrees with the
+-- owner's count; {-3, 0, 0} a write asked by an owner that holds read holds
+-- (an upgrade, which would deadlock); {-2, error message} failed alone.
+local function token_now(token_key)
+    return tonumber(redis.call('get', token_key) or '0')
+end
+
+local function busy(key)
+    local pttl = redis.call('pttl', key)
+    if pttl < 0 then
+        pttl = 100
+    end
+    return {0, pttl, 0}
+end
+
+local function acquire(key, token_key, writers, kind, owner, expected, lease, prefer, patience, now)
+    expected = tonumber(expected)
+    local mode = redis.call('hget', key, 'mode')
+    local wfield = owner .. ':write'
+    if kind == 'r' then
+        local held = tonumber(redis.call('hget', key, owner) or '0')
+        if held == expected + 1 and held > 0 then
+            return {2, token_now(token_key), held, redis.call('pttl', key)}
+        end
+        if held ~= expected then
+            return {-1, held, 0}
+        end
+        local may = mode == false or mode == 'read'
+            or (mode == 'write' and redis.call('hexists', key, wfield) == 1)
+        if may and prefer == '1' and held == 0 and mode ~= 'write' then
+            -- Writers waiting: newcomers queue behind them.
+            redis.call('zremrangebyscore', writers, 0, now)
+            if redis.call('zcard', writers) > 0 then
+                may = false
+            end
+        end
+        if not may then
+            return busy(key)
+        end
+        local token
+        if mode == false then
+            token = redis.call('incr', token_key)
+            redis.call('hset', key, 'mode', 'read')
+        else
+            token = token_now(token_key)
+        end
+        local n = redis.call('hincrby', key, owner, 1)
+        redis.call('set', hold_prefix(key, owner) .. ':' .. n, 1, 'px', lease)
+        redis.call('pexpire', key, math.max(redis.call('pttl', key), tonumber(lease)))
+        return {1, token, n}
+    end
+    local held = tonumber(redis.call('hget', key, wfield) or '0')
+    if held == expected + 1 and held > 0 then
+        return {2, token_now(token_key), held, redis.call('pttl', key)}
+    end
+    if held ~= expected then
+        return {-1, held, 0}
+    end
+    if mode == false then
+        local token = redis.call('incr', token_key)
+        redis.call('hset', key, 'mode', 'write', wfield, 1)
+        redis.call('pexpire', key, lease)
+        redis.call('zrem', writers, owner)
+        return {1, token, 1}
+    end
+    if mode == 'write' and held > 0 then
+        local n = redis.call('hincrby', key, wfield, 1)
+        redis.call('pexpire', key, math.max(redis.call('pttl', key), tonumber(lease)))
+        return {1, token_now(token_key), n}
+    end
+    if redis.call('hexists', key, owner) == 1 then
+        return {-3, 0, 0}
+    end
+    if prefer == '1' then
+        redis.call('zadd', writers, now + tonumber(patience), owner)
+        redis.call('pexpire', writers, tonumber(patience))
+    end
+    return busy(key)
+end
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #KEYS / 3 do
+    local ok, reply = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
+        ARGV[6 * i - 5], ARGV[6 * i - 4], ARGV[6 * i - 3], ARGV[6 * i - 2],
+        ARGV[6 * i - 1], ARGV[6 * i], now)
+    if ok then
+        out[i] = reply
+    else
+        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
+    end
+end
+return out

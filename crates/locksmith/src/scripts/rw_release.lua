@@ -1,0 +1,70 @@
+-- Release one read or write hold of a read-write lock, idempotently.
+-- KEYS[1]  lock hash
+-- KEYS[2]  waiting-writers zset (a writer that gives up leaves it)
+-- ARGV[1]  'r' or 'w' (or 'leave': a waiting writer gives up; answers {1, 0})
+-- ARGV[2]  owner
+-- ARGV[3]  this owner's hold count of that kind before this release
+-- ARGV[4]  lease in milliseconds (re-armed while write holds remain)
+-- ARGV[5]  channel redisson_rwlock:{NAME}
+-- ARGV[6]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
+-- Returns {1, 0} this owner's last hold of that kind released; {2, count}
+-- one released, count left; {4, count} nothing changed, the owner has count
+-- holds (a resend whose first send landed); {0, count} not held.
+-- A write unlock announces '1' (Redisson's READ_UNLOCK_MESSAGE: everyone
+-- may look), also when read holds of the writer remain (a downgrade lets
+-- waiting readers in); the last read unlock announces '0'.
+local key, writers = KEYS[1], KEYS[2]
+local kind, owner, expected, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local channel, mode = ARGV[5], ARGV[6]
+if kind == 'leave' then
+    redis.call('zrem', writers, owner)
+    return {1, 0}
+end
+local field = owner
+if kind == 'w' then
+    field = owner .. ':write'
+end
+local held = tonumber(redis.call('hget', key, field) or '0')
+if held == expected - 1 then
+    return {4, held}
+end
+if held ~= expected or held == 0 then
+    return {0, held}
+end
+if kind == 'w' then
+    if held > 1 then
+        redis.call('hincrby', key, field, -1)
+        redis.call('pexpire', key, lease)
+        return {2, held - 1}
+    end
+    redis.call('hdel', key, field)
+    if redis.call('hlen', key) == 1 then
+        redis.call('del', key)
+    else
+        redis.call('hset', key, 'mode', 'read')
+        local longest = longest_read_hold(key)
+        if longest > 0 then
+            redis.call('pexpire', key, longest)
+        end
+    end
+    announce(channel, '1', mode)
+    return {1, 0}
+end
+local left = redis.call('hincrby', key, field, -1)
+if left == 0 then
+    redis.call('hdel', key, field)
+end
+redis.call('del', hold_prefix(key, owner) .. ':' .. held)
+if redis.call('hlen', key) > 1 then
+    local longest = longest_read_hold(key)
+    if longest > 0 then
+        redis.call('pexpire', key, longest)
+    end
+    if left == 0 then
+        return {1, 0}
+    end
+    return {2, left}
+end
+redis.call('del', key)
+announce(channel, '0', mode)
+return {1, 0}
