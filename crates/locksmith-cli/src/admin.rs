@@ -8,13 +8,19 @@ use crate::exit::CliError;
 /// Which kind of object `status` describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Kind {
-    /// Decide from the key's type: a hash is a lock; a count is a
-    /// semaphore or a latch (both store a number: name it with --kind).
+    /// Decide from the keys: a hash is a lock (with its fair queue, if
+    /// any) or, with a mode field, a read-write lock; a count with a
+    /// permit zset is a permit semaphore; a bare count is a semaphore or a
+    /// latch (both store a number: name it with --kind).
     Auto,
-    /// A reentrant lock (hash).
+    /// A reentrant or fair lock (hash, and the fair queue if any).
     Lock,
+    /// A read-write lock (hash with a mode field).
+    ReadWrite,
     /// A semaphore (a count of available permits).
     Semaphore,
+    /// A semaphore whose permits have ids and leases.
+    Permits,
     /// A count-down latch (a count).
     Latch,
 }
@@ -30,8 +36,53 @@ pub(crate) async fn status(url: &str, name: &str, kind: Kind, json: bool) -> Res
     };
     let (text, value) = match kind {
         Some(Kind::Lock) | Some(Kind::Auto) => {
-            let info = client.lock(name)?.info().await?;
-            (to_text(name, &info), to_json(name, &info))
+            let info = client.fair_lock(name)?.info().await?;
+            let mut text = to_text(name, &info.lock);
+            let mut json = to_json(name, &info.lock);
+            for (i, owner) in info.queue.iter().enumerate() {
+                text.push_str(&format!("  queued {}: {owner}\n", i + 1));
+            }
+            json["queue"] = serde_json::json!(info.queue);
+            (text, json)
+        }
+        Some(Kind::ReadWrite) => {
+            let info = client.read_write_lock(name)?.info().await?;
+            let mode = info.mode.as_deref().unwrap_or("free");
+            let mut text = format!("read-write lock {name:?}: {mode}\n");
+            if let Some((owner, count)) = &info.writer {
+                text.push_str(&format!("  writer: {owner} (hold count {count})\n"));
+            }
+            for (owner, count) in &info.readers {
+                text.push_str(&format!("  reader: {owner} (hold count {count})\n"));
+            }
+            if let Some(d) = info.remaining_lease {
+                text.push_str(&format!("  remaining lease: {d:?}\n"));
+            }
+            text.push_str(&format!(
+                "  writers waiting (preferring): {}\n  fencing counter: {}\n",
+                info.waiting_writers, info.fencing_counter
+            ));
+            let json = serde_json::json!({
+                "name": name,
+                "kind": "read-write-lock",
+                "mode": info.mode,
+                "writer": info.writer.as_ref().map(|(o, c)| serde_json::json!({ "owner": o, "count": c })),
+                "readers": info.readers.iter().map(|(o, c)| serde_json::json!({ "owner": o, "count": c })).collect::<Vec<_>>(),
+                "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
+                "waiting_writers": info.waiting_writers,
+                "fencing_counter": info.fencing_counter,
+            });
+            (text, json)
+        }
+        Some(Kind::Permits) => {
+            let semaphore = client.expirable_semaphore(name)?;
+            let (available, held) = (semaphore.available().await?, semaphore.held().await?);
+            (
+                format!(
+                    "semaphore {name:?}: {available} permits available, {held} held with leases\n"
+                ),
+                serde_json::json!({ "name": name, "kind": "permit-semaphore", "available": available, "held": held }),
+            )
         }
         Some(Kind::Semaphore) => {
             let available = client.semaphore(name)?.available().await?;
@@ -67,18 +118,42 @@ pub(crate) async fn status(url: &str, name: &str, kind: Kind, json: bool) -> Res
     Ok(0)
 }
 
-/// The kind the key's type shows: a hash (or nothing) is read as a lock,
-/// a string as a count (`None`: semaphore or latch, the same layout).
+/// The kind the keys show: a hash (or nothing) is a lock, read-write if
+/// it has a mode field; a string with a permit zset is a permit
+/// semaphore; a bare string is a count (`None`: semaphore or latch, the
+/// same layout).
 async fn detect(client: &Client, name: &str) -> Result<Option<Kind>, CliError> {
     let mut conn = client.connection();
+    let failed = |e: redis::RedisError| CliError::Other(format!("inspecting {name:?}: {e}"));
     let kind: String = redis::cmd("TYPE")
         .arg(name)
         .query_async(&mut conn)
         .await
-        .map_err(|e| CliError::Other(format!("reading the type of {name:?}: {e}")))?;
+        .map_err(failed)?;
     match kind.as_str() {
-        "hash" | "none" => Ok(Some(Kind::Lock)),
-        "string" => Ok(None),
+        "none" => Ok(Some(Kind::Lock)),
+        "hash" => {
+            let mode: bool = redis::cmd("HEXISTS")
+                .arg(name)
+                .arg("mode")
+                .query_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            Ok(Some(if mode { Kind::ReadWrite } else { Kind::Lock }))
+        }
+        "string" => {
+            let permits = if name.contains('{') {
+                format!("{name}:timeout")
+            } else {
+                format!("{{{name}}}:timeout")
+            };
+            let leased: bool = redis::cmd("EXISTS")
+                .arg(&permits)
+                .query_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            Ok(leased.then_some(Kind::Permits))
+        }
         other => Err(CliError::Other(format!(
             "{name:?} is a {other}, which is not a locksmith or Redisson object status knows"
         ))),

@@ -72,11 +72,14 @@ enum Command {
     /// Examples:
     ///   locksmith run --lock nightly-report -- ./report.sh
     ///   locksmith run --lock deploy --wait 0 -- ./deploy.sh
+    ///   locksmith run --fair-lock payouts -- ./pay.sh
+    ///   locksmith run --read-lock catalog -- ./export.sh
     ///   locksmith run --semaphore encoders --permits 4 -- ffmpeg ...
     #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
-    /// Show the state of a lock (holders, lease, fencing counter), a
-    /// semaphore (available permits) or a latch (count).
+    /// Show the state of a lock (holders, lease, fencing counter, fair
+    /// queue), a read-write lock (mode, readers, writer), a semaphore
+    /// (available and held permits) or a latch (count).
     ///
     /// Examples:
     ///   locksmith status nightly-report
@@ -103,11 +106,26 @@ enum Command {
 
 /// Arguments of `locksmith run`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("object").required(true).args(["lock", "semaphore"])))]
+#[command(group(clap::ArgGroup::new("object").required(true)
+    .args(["lock", "fair_lock", "read_lock", "write_lock", "semaphore"])))]
 struct RunArgs {
     /// Name of the lock (its Redis key).
     #[arg(long = "lock", value_name = "NAME", value_parser = non_empty)]
     lock: Option<String>,
+
+    /// Instead, a fair lock: waiters from every host are served in arrival
+    /// order (Redisson's RFairLock layout).
+    #[arg(long, value_name = "NAME", value_parser = non_empty)]
+    fair_lock: Option<String>,
+
+    /// Instead, a read hold of a read-write lock: shared with other
+    /// readers, excluded by a writer (Redisson's RReadWriteLock layout).
+    #[arg(long, value_name = "NAME", value_parser = non_empty)]
+    read_lock: Option<String>,
+
+    /// Instead, the write hold of a read-write lock: alone.
+    #[arg(long, value_name = "NAME", value_parser = non_empty)]
+    write_lock: Option<String>,
 
     /// Instead of a lock, hold one permit of this semaphore (permits with
     /// leases, Redisson's RPermitExpirableSemaphore layout: a crashed
@@ -118,7 +136,8 @@ struct RunArgs {
 
     /// With --semaphore: the number of permits, set if the semaphore does
     /// not exist yet (an existing semaphore keeps its count).
-    #[arg(long, value_name = "N", requires = "semaphore", conflicts_with = "lock",
+    #[arg(long, value_name = "N", requires = "semaphore",
+          conflicts_with_all = ["lock", "fair_lock", "read_lock", "write_lock"],
           value_parser = clap::value_parser!(u64).range(1..=(1 << 53)))]
     permits: Option<u64>,
 

@@ -43,16 +43,15 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
 
-    let (what, acquire) = match (&args.lock, &args.semaphore) {
-        (Some(name), _) => (
-            format!("lock {name:?}"),
-            acquire_lock(&client, name, fixed, args.wait),
-        ),
-        (None, Some(name)) => (
+    let (what, acquire) = match object(&args) {
+        Object::Semaphore(name) => (
             format!("semaphore {name:?}"),
             acquire_permit(&client, name, args.permits.unwrap_or(1), fixed, args.wait),
         ),
-        (None, None) => return Err(CliError::Usage("--lock or --semaphore is required".into())),
+        Object::Lock(kind, name) => (
+            format!("{} {name:?}", kind.noun()),
+            acquire_lock(&client, kind, name, fixed, args.wait),
+        ),
     };
     let held = tokio::select! {
         acquired = acquire => acquired?,
@@ -64,9 +63,9 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             Some(wait) if !wait.is_zero() => format!("gave up after {wait:?}"),
             _ => "tried once (--wait 0)".to_owned(),
         };
-        let busy = match held_kind(&args) {
-            Kind::Lock => "is held by someone else",
-            Kind::Permit => "has no free permit",
+        let busy = match object(&args) {
+            Object::Semaphore(_) => "has no free permit",
+            Object::Lock(..) => "is held by someone else",
         };
         eprintln!("locksmith: {what} {busy}; {gave_up}");
         return Ok(args.conflict_exit_code);
@@ -121,20 +120,52 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     }
 }
 
-/// Which kind of thing `run` holds.
-enum Kind {
-    /// A reentrant lock.
-    Lock,
-    /// A permit of a permit-expirable semaphore.
-    Permit,
+/// Which lock kind `run` takes.
+#[derive(Clone, Copy)]
+enum LockKind {
+    /// `--lock`: the reentrant lock.
+    Plain,
+    /// `--fair-lock`.
+    Fair,
+    /// `--read-lock`.
+    Read,
+    /// `--write-lock`.
+    Write,
 }
 
-fn held_kind(args: &RunArgs) -> Kind {
-    if args.lock.is_some() {
-        Kind::Lock
-    } else {
-        Kind::Permit
+impl LockKind {
+    fn noun(self) -> &'static str {
+        match self {
+            LockKind::Plain => "lock",
+            LockKind::Fair => "fair lock",
+            LockKind::Read => "read lock",
+            LockKind::Write => "write lock",
+        }
     }
+}
+
+/// What `run` was asked to hold.
+enum Object<'a> {
+    /// A lock of some kind.
+    Lock(LockKind, &'a str),
+    /// A semaphore permit.
+    Semaphore(&'a str),
+}
+
+/// The one object option given (clap requires exactly one).
+fn object(args: &RunArgs) -> Object<'_> {
+    let locks = [
+        (LockKind::Plain, &args.lock),
+        (LockKind::Fair, &args.fair_lock),
+        (LockKind::Read, &args.read_lock),
+        (LockKind::Write, &args.write_lock),
+    ];
+    for (kind, name) in locks {
+        if let Some(name) = name {
+            return Object::Lock(kind, name);
+        }
+    }
+    Object::Semaphore(args.semaphore.as_deref().unwrap_or_default())
 }
 
 /// What `run` holds while the command runs.
@@ -180,22 +211,53 @@ type Acquire<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = locksmith::Result<Option<Held>>> + Send + 'a>,
 >;
 
-/// Waits for lock `name` as `wait` says.
+/// Waits for lock `name` of `kind` as `wait` says.
 fn acquire_lock<'a>(
     client: &'a Client,
+    kind: LockKind,
     name: &'a str,
     fixed: Option<Duration>,
     wait: Option<Duration>,
 ) -> Acquire<'a> {
     Box::pin(async move {
-        let mut lock = client.lock(name)?;
-        if let Some(lease) = fixed {
-            lock = lock.with_lease(lease)?;
-        }
-        let guard = match wait {
-            None => lock.lock().await.map(Some),
-            Some(wait) if wait.is_zero() => lock.try_lock().await,
-            Some(wait) => lock.try_lock_for(wait).await,
+        let guard = match kind {
+            LockKind::Plain => {
+                let mut lock = client.lock(name)?;
+                if let Some(lease) = fixed {
+                    lock = lock.with_lease(lease)?;
+                }
+                match wait {
+                    None => lock.lock().await.map(Some),
+                    Some(wait) if wait.is_zero() => lock.try_lock().await,
+                    Some(wait) => lock.try_lock_for(wait).await,
+                }
+            }
+            LockKind::Fair => {
+                let mut lock = client.fair_lock(name)?;
+                if let Some(lease) = fixed {
+                    lock = lock.with_lease(lease)?;
+                }
+                match wait {
+                    None => lock.lock().await.map(Some),
+                    Some(wait) if wait.is_zero() => lock.try_lock().await,
+                    Some(wait) => lock.try_lock_for(wait).await,
+                }
+            }
+            LockKind::Read | LockKind::Write => {
+                let mut lock = client.read_write_lock(name)?;
+                if let Some(lease) = fixed {
+                    lock = lock.with_lease(lease)?;
+                }
+                let read = matches!(kind, LockKind::Read);
+                match (wait, read) {
+                    (None, true) => lock.read().await.map(Some),
+                    (None, false) => lock.write().await.map(Some),
+                    (Some(w), true) if w.is_zero() => lock.try_read().await,
+                    (Some(w), false) if w.is_zero() => lock.try_write().await,
+                    (Some(w), true) => lock.try_read_for(w).await,
+                    (Some(w), false) => lock.try_write_for(w).await,
+                }
+            }
         }?;
         Ok(guard.map(Held::Lock))
     })

@@ -1,0 +1,120 @@
+//! `locksmith run --fair-lock | --read-lock | --write-lock` and `status`
+//! of those kinds, through the built binary.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{finish, locksmith, run, wait_until, RedisServer};
+
+fn status_json(server: &RedisServer, name: &str) -> serde_json::Value {
+    let out = run(server, &["status", name, "--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+#[test]
+fn readers_share_and_a_writer_waits_for_them() {
+    let server = RedisServer::start().unwrap();
+    let reader = |secs: &str| {
+        locksmith(&server)
+            .args(["run", "--read-lock", "catalog", "--", "sleep", secs])
+            .spawn()
+            .unwrap()
+    };
+    let started = Instant::now();
+    let (a, b) = (reader("2"), reader("2"));
+    wait_until(
+        || {
+            status_json(&server, "catalog")["readers"]
+                .as_array()
+                .map_or(0, Vec::len)
+                == 2
+        },
+        "two readers at once",
+    );
+    let json = status_json(&server, "catalog");
+    assert_eq!(json["kind"], "read-write-lock");
+    assert_eq!(json["mode"], "read");
+    let busy = run(
+        &server,
+        &[
+            "run",
+            "--write-lock",
+            "catalog",
+            "--wait",
+            "0",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(busy.code, Some(75), "{busy:?}");
+    assert!(
+        busy.stderr.contains("write lock \"catalog\" is held"),
+        "{busy:?}"
+    );
+    let writer = run(
+        &server,
+        &[
+            "run",
+            "--write-lock",
+            "catalog",
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_FENCING_TOKEN",
+        ],
+    );
+    assert_eq!(writer.code, Some(0), "{writer:?}");
+    assert!(writer.stdout.trim().parse::<u64>().unwrap() >= 1);
+    for child in [a, b] {
+        assert_eq!(finish(child, started).code, Some(0));
+    }
+}
+
+#[test]
+fn fair_lock_queue_shows_in_status() {
+    let server = RedisServer::start().unwrap();
+    let holder = locksmith(&server)
+        .args(["run", "--fair-lock", "payouts", "--", "sleep", "2"])
+        .spawn()
+        .unwrap();
+    wait_until(
+        || status_json(&server, "payouts")["locked"] == true,
+        "the holder",
+    );
+    let started = Instant::now();
+    let waiter = locksmith(&server)
+        .args([
+            "run",
+            "--fair-lock",
+            "payouts",
+            "--wait",
+            "20s",
+            "--",
+            "true",
+        ])
+        .spawn()
+        .unwrap();
+    wait_until(
+        || {
+            status_json(&server, "payouts")["queue"]
+                .as_array()
+                .map_or(0, Vec::len)
+                == 1
+        },
+        "the waiter in the queue",
+    );
+    let text = run(&server, &["status", "payouts"]);
+    assert!(text.stdout.contains("queued 1:"), "{text:?}");
+    assert_eq!(finish(holder, started).code, Some(0));
+    let out = finish(waiter, started);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(15), "{out:?}");
+    assert_eq!(
+        status_json(&server, "payouts")["queue"],
+        serde_json::json!([])
+    );
+}
