@@ -55,9 +55,6 @@ pub(crate) struct Config {
     /// no message arrives (pub/sub may lose one; these have no lease to
     /// bound the wait by).
     pub(crate) recheck_interval: Duration,
-    /// How long a fair lock waiter may go without refreshing its place in
-    /// the queue before others count it as gone (it refreshes every third).
-    pub(crate) fair_wait_timeout: Duration,
     /// How releases are announced on a cluster; `None` picks what Redisson
     /// does (sharded on Redis 7+, classic before).
     pub(crate) cluster_notify: Option<NotifyMode>,
@@ -76,7 +73,6 @@ impl Default for Config {
             max_local_handoffs: ClientBuilder::DEFAULT_MAX_LOCAL_HANDOFFS,
             pubsub_ping_interval: ClientBuilder::DEFAULT_PUBSUB_PING_INTERVAL,
             recheck_interval: ClientBuilder::DEFAULT_RECHECK_INTERVAL,
-            fair_wait_timeout: ClientBuilder::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             cluster_notify: None,
             replica_acks: None,
         }
@@ -131,9 +127,6 @@ impl ClientBuilder {
     /// Default longest wait between re-checks of a semaphore or latch
     /// waiter that hears nothing: 1 second.
     pub const DEFAULT_RECHECK_INTERVAL: Duration = Duration::from_secs(1);
-    /// Default give-up time of a fair lock waiter that stops refreshing its
-    /// place: 5 seconds.
-    pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// Starts a builder for the deployment at `url` (see the table above).
     pub fn new(url: impl Into<String>) -> Self {
@@ -209,17 +202,6 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a fair lock waiter that stopped asking (its process died
-    /// or froze) keeps its place before the others pass it (default 5 s;
-    /// Redisson's `fairLockWaitTimeout`). A live waiter refreshes its place
-    /// every third of this, so it never loses it however long the lock is
-    /// held; a dead one delays the queue by at most this long. Shorter
-    /// values cost one acquire attempt per waiter per third.
-    pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
-        self.config.fair_wait_timeout = timeout;
-        self
-    }
-
     /// How lock releases are announced on a Redis Cluster (default: what
     /// Redisson does there: [`NotifyMode::Sharded`] on Redis 7 and later,
     /// [`NotifyMode::Classic`] before). Use [`NotifyMode::Classic`] to share
@@ -282,7 +264,6 @@ impl ClientBuilder {
         for (what, value) in [
             ("pubsub_ping_interval", config.pubsub_ping_interval),
             ("recheck_interval", config.recheck_interval),
-            ("fair_lock_wait_timeout", config.fair_wait_timeout),
         ] {
             if value.is_zero() {
                 return Err(Error::invalid(format!("{what} must be greater than zero")));
@@ -293,7 +274,6 @@ impl ClientBuilder {
             ("command_timeout", config.command_timeout),
             ("pubsub_ping_interval", config.pubsub_ping_interval),
             ("recheck_interval", config.recheck_interval),
-            ("fair_lock_wait_timeout", config.fair_wait_timeout),
         ] {
             if value > MAX_PERIOD {
                 return Err(Error::invalid(format!(

@@ -59,6 +59,8 @@ pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 pub mod guides {
     #[doc = include_str!("../../../docs/locks.md")]
     pub mod locks {}
+    #[doc = include_str!("../../../docs/primitives.md")]
+    pub mod primitives {}
     #[doc = include_str!("../../../docs/safety.md")]
     pub mod safety {}
     #[doc = include_str!("../../../docs/redisson.md")]

@@ -12,6 +12,8 @@ const RSLOCK_TTL: Duration = Duration::from_secs(30);
 pub(crate) enum Contender {
     /// locksmith with default options (watchdog lease, pub/sub waits).
     Locksmith(locksmith::Client),
+    /// locksmith's fair lock (first come, first served).
+    LocksmithFair(locksmith::Client),
     /// rslock with its defaults (single server, 3 tries, 0..200 ms random
     /// back-off, looping in `acquire`).
     Rslock(rslock::LockManager),
@@ -28,6 +30,7 @@ impl Contender {
     pub(crate) fn label(&self) -> &'static str {
         match self {
             Contender::Locksmith(_) => "locksmith",
+            Contender::LocksmithFair(_) => "locksmith fair",
             Contender::Rslock(_) => "rslock",
         }
     }
@@ -39,6 +42,9 @@ impl Contender {
             Contender::Locksmith(client) => {
                 Handle::Locksmith(client.lock(key).map_err(|e| e.to_string())?)
             }
+            Contender::LocksmithFair(client) => {
+                Handle::Fair(client.fair_lock(key).map_err(|e| e.to_string())?)
+            }
             Contender::Rslock(manager) => Handle::Rslock(manager.clone(), key.to_owned()),
         })
     }
@@ -48,6 +54,8 @@ impl Contender {
 pub(crate) enum Handle {
     /// A locksmith lock handle.
     Locksmith(locksmith::Lock),
+    /// A locksmith fair lock handle.
+    Fair(locksmith::FairLock),
     /// rslock has no handle type; the manager and the key stand in for it.
     Rslock(rslock::LockManager, String),
 }
@@ -69,6 +77,11 @@ impl Handle {
                 .await
                 .map(Held::Locksmith)
                 .map_err(|e| e.to_string()),
+            Handle::Fair(lock) => lock
+                .lock()
+                .await
+                .map(Held::Locksmith)
+                .map_err(|e| e.to_string()),
             Handle::Rslock(manager, key) => manager
                 .acquire_no_guard(key.as_str(), RSLOCK_TTL)
                 .await
@@ -80,7 +93,7 @@ impl Handle {
     /// Releases a lock acquired through this handle.
     pub(crate) async fn release(&self, held: Held) -> Result<(), String> {
         match (self, held) {
-            (Handle::Locksmith(_), Held::Locksmith(guard)) => {
+            (Handle::Locksmith(_) | Handle::Fair(_), Held::Locksmith(guard)) => {
                 guard.release().await.map_err(|e| e.to_string())
             }
             (Handle::Rslock(manager, _), Held::Rslock(lock)) => {

@@ -24,6 +24,7 @@
 //! section's own); commands run inside scripts are listed separately.
 
 mod contender;
+mod family;
 mod stats;
 mod topologies;
 
@@ -97,6 +98,12 @@ pub(crate) struct BenchArgs {
     /// --redis.
     #[arg(long)]
     topologies: bool,
+    /// Instead of the lock phases, the Redisson family beside the plain
+    /// lock: fair lock (contended rate, hand-off, commands per
+    /// acquisition), semaphore pairs with 8 permits, and latch wake-up of
+    /// 100 waiters in two clients.
+    #[arg(long, conflicts_with = "topologies")]
+    family: bool,
 }
 
 /// What one throughput phase measured.
@@ -155,8 +162,13 @@ pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u
             (Some(server), url, true)
         }
     };
+    let family = args.family;
     let bench = Bench::connect(&url, args).await?;
-    let result = bench.run_all(own).await;
+    let result = if family {
+        bench.run_family().await
+    } else {
+        bench.run_all(own).await
+    };
     if !own {
         bench.cleanup().await;
     }

@@ -7,12 +7,11 @@
 //!
 //! Where Redisson counts a waiter gone once a fixed time (5 minutes by
 //! default) has passed since it joined, a locksmith waiter refreshes its
-//! give-up time every third of [`ClientBuilder::fair_lock_wait_timeout`]
-//! while it lives, so a live waiter never loses its place however long the
-//! holder keeps the lock, and a dead one delays the queue by at most that
-//! timeout. Times come from the server's clock.
-//!
-//! [`ClientBuilder::fair_lock_wait_timeout`]: crate::ClientBuilder::fair_lock_wait_timeout
+//! give-up time every third of its wait timeout
+//! ([`FairLock::with_wait_timeout`]) while it lives, so a live waiter never
+//! loses its place however long the holder keeps the lock, and a dead one
+//! delays the queue by at most that timeout. Times come from the server's
+//! clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +48,14 @@ pub struct FairLock {
     shared: Arc<Shared>,
     /// A fixed lease, or `None` for the client's watchdog-renewed lease.
     lease: Option<Duration>,
+    /// How long a queued waiter that stops refreshing its place keeps it.
+    wait_timeout: Duration,
+}
+
+impl FairLock {
+    /// Default give-up time of a queued waiter that stops refreshing its
+    /// place: 5 seconds.
+    pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 }
 
 /// What every fair lock of one client shares.
@@ -120,6 +127,7 @@ impl Client {
                 state: Arc::new(Mutex::new(HoldState::default())),
             }),
             lease: None,
+            wait_timeout: FairLock::DEFAULT_WAIT_TIMEOUT,
         })
     }
 }
@@ -154,8 +162,31 @@ impl FairLock {
     pub fn with_lease(&self, lease: Duration) -> Result<FairLock> {
         validate::lease(lease)?;
         Ok(FairLock {
-            shared: self.shared.clone(),
             lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The same owner with another wait timeout (default
+    /// [`FairLock::DEFAULT_WAIT_TIMEOUT`]; Redisson's
+    /// `fairLockWaitTimeout`): how long a queued waiter that stopped asking
+    /// (its process died or froze) keeps its place before the others pass
+    /// it. A live waiter refreshes its place every third of this, so it
+    /// never loses it however long the lock is held; a dead one delays the
+    /// queue by at most this long. Shorter values cost one acquire per
+    /// waiter per third.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a timeout under 30 ms or over a day.
+    pub fn with_wait_timeout(&self, timeout: Duration) -> Result<FairLock> {
+        if timeout < Duration::from_millis(30) || timeout > Duration::from_secs(86_400) {
+            return Err(Error::invalid(format!(
+                "fair lock wait timeout must be between 30ms and 1 day, got {timeout:?}"
+            )));
+        }
+        Ok(FairLock {
+            wait_timeout: timeout,
+            ..self.clone()
         })
     }
 
@@ -260,7 +291,7 @@ impl FairLock {
         let patience = if once {
             Duration::ZERO
         } else {
-            client.config().fair_wait_timeout
+            self.wait_timeout
         };
         // Leaves the queue if this future ends without the lock (dropped,
         // out of time, or failed).
@@ -272,7 +303,7 @@ impl FairLock {
                 wake_one,
                 1,
                 deadline,
-                client.config().fair_wait_timeout / 3,
+                self.wait_timeout / 3,
                 || async {
                     Ok(match self.attempt(patience).await? {
                         Attempt::Granted(guard) => Check::Done(guard),

@@ -96,12 +96,7 @@ fn enqueue_dead_waiter(env: &Env, name: &str, owner: &str, ms: u64) {
 }
 
 async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
-    let client = env
-        .builder(Duration::from_secs(30))
-        .fair_lock_wait_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("dead-waiter");
     let holder = client
         .fair_lock(name.clone())
@@ -110,7 +105,11 @@ async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
         .await
         .unwrap();
     enqueue_dead_waiter(&env, &name, "dead-process:1", 1_000);
-    let lock = client.fair_lock(name.clone()).unwrap();
+    let lock = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .with_wait_timeout(Duration::from_secs(1))
+        .unwrap();
     let waiter = tokio::spawn(async move {
         let guard = lock.lock().await.unwrap();
         (Instant::now(), guard)
@@ -149,6 +148,13 @@ async fn a_waiter_that_gives_up_leaves_at_once(env: Env) {
         .await
         .unwrap();
     let quitter = client.fair_lock(name.clone()).unwrap();
+    assert_eq!(
+        quitter
+            .with_wait_timeout(Duration::from_millis(1))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
     assert!(quitter
         .try_lock_for(Duration::from_millis(300))
         .await
