@@ -74,6 +74,10 @@ struct Slot {
     /// Permits this waiter asks for (1 for every kind but a semaphore);
     /// [`Wake::Permits`] wakes only as many waiters as can be satisfied.
     need: u64,
+    /// The waiter stopped waiting for its channel's first confirmation
+    /// before it came: the confirmation wakes it to re-check (a waiter that
+    /// saw it needs no such wake-up).
+    gave_up: AtomicBool,
 }
 
 impl Slot {
@@ -90,6 +94,13 @@ struct Channel {
     queue: VecDeque<Arc<Slot>>,
     /// What a message wakes; set by the first waiter's primitive.
     policy: Policy,
+    /// Handles that keep the channel subscribed while nobody waits (see
+    /// [`NotifyHub::keep`]).
+    keepers: usize,
+    /// The channel has been confirmed subscribed before: a later
+    /// confirmation is a re-subscription, after which every waiter must
+    /// re-check (a message may have been missed meanwhile).
+    confirmed_once: bool,
     /// Turns true once Redis confirmed the subscription; waiters wait for it
     /// before their re-check, which closes the busy-then-subscribe race.
     ready: watch::Sender<bool>,
@@ -178,8 +189,22 @@ impl Shared {
         }
     }
 
-    /// Wakes every waiter of `channel` (it just became ready: waiters that
-    /// stopped waiting for that re-check now).
+    /// The subscription of `channel` was just confirmed: on a first
+    /// subscription, wakes the waiters that stopped waiting for it; on a
+    /// re-subscription, every waiter.
+    fn confirmed(&self, channel: &str) {
+        if let Some(ch) = self.lock().get_mut(channel) {
+            ch.seq += 1;
+            let again = std::mem::replace(&mut ch.confirmed_once, true);
+            for slot in &ch.queue {
+                if again || slot.gave_up.load(Ordering::SeqCst) {
+                    slot.wake();
+                }
+            }
+        }
+    }
+
+    /// Wakes every waiter of `channel` (a message may have been missed).
     fn wake_channel(&self, channel: &str) {
         if let Some(ch) = self.lock().get_mut(channel) {
             ch.seq += 1;
@@ -329,6 +354,8 @@ impl NotifyHub {
                         Channel {
                             queue: VecDeque::from([slot.clone()]),
                             policy,
+                            keepers: 0,
+                            confirmed_once: false,
                             ready: tx,
                             seq: 0,
                             busy_until: None,
@@ -353,7 +380,71 @@ impl NotifyHub {
             until = until.min(d);
         }
         let _ = tokio::time::timeout_at(until, ready.wait_for(|r| *r)).await;
+        // Marked before looking, so that a confirmation landing in between
+        // either is seen here or finds the mark and wakes this waiter.
+        waiter.slot.gave_up.store(true, Ordering::SeqCst);
+        if *ready.borrow() {
+            waiter.slot.gave_up.store(false, Ordering::SeqCst);
+        }
         waiter
+    }
+
+    /// Keeps `channel` subscribed while the returned [`Keeper`] lives, even
+    /// when nobody waits on it, so waiters that come and go (one owner's
+    /// successive acquires on its own channel) do not subscribe and
+    /// unsubscribe each time. The first waiter's `policy` still decides
+    /// what messages wake; `policy` here applies if the keeper comes first.
+    pub(crate) fn keep(&self, channel: &str, policy: Policy) -> Keeper {
+        self.ensure_task();
+        let mut channels = self.shared.lock();
+        match channels.get_mut(channel) {
+            Some(ch) => ch.keepers += 1,
+            None => {
+                channels.insert(
+                    channel.to_owned(),
+                    Channel {
+                        queue: VecDeque::new(),
+                        policy,
+                        keepers: 1,
+                        confirmed_once: false,
+                        ready: watch::channel(false).0,
+                        seq: 0,
+                        busy_until: None,
+                    },
+                );
+                drop(channels);
+                self.shared.send(Command::Subscribe(channel.to_owned()));
+            }
+        }
+        Keeper {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+        }
+    }
+}
+
+/// Keeps a channel subscribed (see [`NotifyHub::keep`]); dropping the last
+/// keeper of a channel nobody waits on unsubscribes it.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    /// Registry to update on drop.
+    shared: Arc<Shared>,
+    /// The channel kept.
+    channel: String,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        let mut channels = self.shared.lock();
+        let Some(ch) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        ch.keepers = ch.keepers.saturating_sub(1);
+        if ch.keepers == 0 && ch.queue.is_empty() {
+            channels.remove(&self.channel);
+            drop(channels);
+            self.shared.send(Command::Unsubscribe(self.channel.clone()));
+        }
     }
 }
 
@@ -476,7 +567,7 @@ impl Drop for Waiter {
             return;
         };
         ch.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        if ch.queue.is_empty() {
+        if ch.queue.is_empty() && ch.keepers == 0 {
             channels.remove(&self.channel);
             drop(channels);
             self.shared.send(Command::Unsubscribe(self.channel.clone()));
@@ -575,12 +666,13 @@ async fn session(
         let Some(strong) = shared.upgrade() else {
             return Session::HubGone;
         };
-        let channels = strong.lock();
+        let mut channels = strong.lock();
         // Only what was just subscribed is ready; channels registered since
         // have a Subscribe command queued and become ready when it is done.
         for name in &wanted {
-            if let Some(ch) = channels.get(name) {
+            if let Some(ch) = channels.get_mut(name) {
                 ch.ready.send_replace(true);
+                ch.confirmed_once = true;
             }
         }
         drop(channels);
@@ -614,9 +706,7 @@ async fn session(
                                     .get(&channel)
                                     .is_some_and(|ch| !ch.ready.send_replace(true));
                                 if confirmed {
-                                    // Waiters that gave up waiting for this
-                                    // confirmation re-check now.
-                                    strong.wake_channel(&channel);
+                                    strong.confirmed(&channel);
                                 }
                             }
                         }
@@ -709,6 +799,8 @@ mod tests {
             Channel {
                 queue: slots.iter().cloned().collect(),
                 policy,
+                keepers: 0,
+                confirmed_once: true,
                 ready: watch::channel(true).0,
                 seq: 0,
                 busy_until: None,

@@ -74,10 +74,14 @@ impl Bench {
                 format!("fair lock median hand-off < 2 PING RTTs: {fair_rtts:.2}"),
             ),
             (
-                fair.lock_cmds <= 3.0,
+                // The phase counts acquire and release; a release is one
+                // script call, so the acquisition is the rest.
+                fair.lock_cmds - 1.0 <= 3.0,
                 format!(
-                    "fair lock <= 3 Redis commands per acquisition: {:.2} ({})",
-                    fair.lock_cmds, fair.detail
+                    "fair lock <= 3 Redis commands per acquisition: {:.2} ({:.2} with the release: {})",
+                    fair.lock_cmds - 1.0,
+                    fair.lock_cmds,
+                    fair.detail
                 ),
             ),
             (

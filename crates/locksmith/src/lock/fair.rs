@@ -24,7 +24,7 @@ use super::{attempt, HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
 use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::notify::{wake_one, Check};
+use crate::notify::{wake_one, Check, Keeper};
 use crate::renewal::Ownership;
 use crate::task::detach;
 use crate::{keys, scripts, validate};
@@ -93,6 +93,9 @@ struct Shared {
     channel_prefix: Arc<str>,
     /// This owner's own release channel.
     channel: Arc<str>,
+    /// Keeps that channel subscribed from this owner's first wait until
+    /// the handle is dropped, so successive waits cost no SUBSCRIBE.
+    keeper: std::sync::OnceLock<Keeper>,
     /// This owner's field in the lock hash and entry in the queue.
     owner: Arc<str>,
     /// Serializes this owner's acquires and releases, so the hold count
@@ -121,6 +124,7 @@ impl Client {
                 timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
                 token_key: keys::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
+                keeper: std::sync::OnceLock::new(),
                 channel_prefix: prefix.into(),
                 owner: owner.into(),
                 name: name.into(),
@@ -296,6 +300,11 @@ impl FairLock {
         // Leaves the queue if this future ends without the lock (dropped,
         // out of time, or failed).
         let mut leave = LeaveOnDrop((!once).then(|| self.clone()));
+        if !once {
+            self.shared
+                .keeper
+                .get_or_init(|| client.hub().keep(&self.shared.channel, wake_one));
+        }
         let got = client
             .hub()
             .wait_on(
