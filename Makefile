@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench bench-topologies doc
+.PHONY: setup test lint fmt demo bench bench-topologies bench-family doc
 
 setup:
 	./scripts/setup
@@ -32,3 +32,8 @@ bench: setup
 # side, and the cost of replica acknowledgement (WAIT).
 bench-topologies: setup
 	$(CARGO) run --release -p locksmith-cli -- bench --topologies
+
+# The fair lock, semaphore and latch beside the plain lock, on a Redis it
+# starts itself.
+bench-family: setup
+	$(CARGO) run --release -p locksmith-cli -- bench --family

@@ -165,7 +165,7 @@ async fn the_watchdog_keeps_permits_and_signals_their_loss(env: Env) {
 async fn holders_never_exceed_permits_under_random_cancellation(env: Env) {
     const PERMITS: usize = 3;
     const TASKS: usize = 12;
-    const ROUNDS: usize = 40;
+    const ROUNDS: usize = 100;
     let clients = [
         env.client(Duration::from_secs(30)).await,
         env.client(Duration::from_secs(30)).await,

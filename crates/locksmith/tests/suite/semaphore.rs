@@ -149,7 +149,7 @@ async fn bad_input_is_refused_and_changes_nothing(env: Env) {
 async fn holders_never_exceed_permits_under_random_cancellation(env: Env) {
     const PERMITS: usize = 4;
     const TASKS: usize = 16;
-    const ROUNDS: usize = 60;
+    const ROUNDS: usize = 125;
     let clients = [
         env.client(Duration::from_secs(30)).await,
         env.client(Duration::from_secs(30)).await,
