@@ -134,9 +134,9 @@ struct Request {
 
 /// An undo shared by a request and its caller: whichever side finds the
 /// reply unclaimed runs it, exactly once.
-type Undo = Arc<Mutex<Option<Box<dyn FnOnce(Value) + Send>>>>;
+type Undo = Arc<Mutex<Option<Box<dyn FnOnce(Option<Value>) + Send>>>>;
 
-fn run_undo(undo: &Undo, reply: Value) {
+fn run_undo(undo: &Undo, reply: Option<Value>) {
     let undo = undo.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(undo) = undo {
         undo(reply);
@@ -159,8 +159,11 @@ impl Drop for Answer {
             // After close() a send fails and the sender runs the undo; a
             // reply already delivered is taken here.
             self.rx.close();
-            if let Ok(Ok((reply, _))) = self.rx.try_recv() {
-                run_undo(&undo, reply);
+            match self.rx.try_recv() {
+                Ok(Ok((reply, _))) => run_undo(&undo, Some(reply)),
+                // The call failed as a whole: the outcome is unknown.
+                Ok(Err(_)) => run_undo(&undo, None),
+                Err(_) => {}
             }
         }
     }
@@ -282,16 +285,17 @@ impl Batcher {
 
     /// As [`Batcher::call`], for a request whose effect must be undone if
     /// its caller goes away: when the future is dropped after the request
-    /// was sent, `undo` runs with the request's raw reply once it arrives
-    /// (on the sending task; spawn anything that waits). It does not run
-    /// when the caller read the reply, when the request was withdrawn
-    /// unsent, or when the call failed as a whole (outcome unknown).
+    /// was sent, `undo` runs once the call is over (on the sending task;
+    /// spawn anything that waits), with `Some(raw reply)`, or `None` when
+    /// the call failed as a whole and the outcome is unknown. It does not
+    /// run when the caller read the answer or when the request was
+    /// withdrawn unsent.
     ///
     /// Cancel safety: as above, with the undo covering a sent request.
     pub(crate) async fn call_undoable<T: FromRedisValue>(
         &self,
         call: Call,
-        undo: impl FnOnce(Value) + Send + 'static,
+        undo: impl FnOnce(Option<Value>) + Send + 'static,
     ) -> RedisResult<(T, Option<u32>)> {
         let undo: Undo = Arc::new(Mutex::new(Some(Box::new(undo))));
         self.queue(call, None, Some(undo)).await
@@ -466,7 +470,7 @@ impl Shared {
                 for (request, reply) in batch.into_iter().zip(replies) {
                     if let Err(Ok((reply, _))) = request.reply.send(Ok((reply, acked))) {
                         if let Some(undo) = &request.undo {
-                            run_undo(undo, reply);
+                            run_undo(undo, Some(reply));
                         }
                     }
                 }
@@ -483,7 +487,11 @@ impl Shared {
             }
             Err(err) => {
                 for request in batch {
-                    let _ = request.reply.send(Err(err.clone()));
+                    if request.reply.send(Err(err.clone())).is_err() {
+                        if let Some(undo) = &request.undo {
+                            run_undo(undo, None);
+                        }
+                    }
                 }
             }
         }

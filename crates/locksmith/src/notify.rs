@@ -456,10 +456,6 @@ pub(crate) enum Check<T> {
     /// Not yet; if `Some`, check again no later than then even without a
     /// message (a lease known to run out, so something frees up).
     NotYet(Option<Instant>),
-    /// Not yet, as `NotYet`, and nothing meant for this waiter can have
-    /// been sent before it joined the queue (others are served first): no
-    /// second check right after joining.
-    Behind(Option<Instant>),
 }
 
 /// The shortest pause between two checks prompted by a hint alone, so a
@@ -491,23 +487,27 @@ impl NotifyHub {
         Fut: std::future::Future<Output = crate::error::Result<Check<T>>>,
     {
         let seen = self.seq(channel);
-        let (mut hint, behind) = match check().await? {
+        let mut hint = match check().await? {
             Check::Done(value) => return Ok(Some(value)),
-            Check::NotYet(hint) => (hint, false),
-            Check::Behind(hint) => (hint, true),
+            Check::NotYet(hint) => hint,
         };
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Ok(None);
         }
-        let waiter = self.register(channel, policy, need, deadline).await;
+        // Waiting for the subscription is bounded by the recheck interval
+        // too: a waiter that must refresh its place (a fair lock's) cannot
+        // wait longer than that without asking.
+        let joined_by = Instant::now() + recheck;
+        let bound = Some(deadline.map_or(joined_by, |d| d.min(joined_by)));
+        let waiter = self.register(channel, policy, need, bound).await;
         // Unless the channel was subscribed before the first check and no
         // message arrived since, a change may have slipped in unheard.
-        let mut check_now = !behind && (seen.is_none() || self.seq(channel) != seen);
+        let mut check_now = seen.is_none() || self.seq(channel) != seen;
         loop {
             if check_now {
                 match check().await? {
                     Check::Done(value) => return Ok(Some(value)),
-                    Check::NotYet(next) | Check::Behind(next) => hint = next,
+                    Check::NotYet(next) => hint = next,
                 }
             }
             check_now = true;

@@ -34,6 +34,17 @@ pub(crate) fn count(n: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Rejects a count to set (of permits, say) above [`MAX_COUNT`]; zero is
+/// a valid count to set.
+pub(crate) fn settable(n: u64, what: &str) -> Result<()> {
+    if n > MAX_COUNT {
+        return Err(Error::invalid(format!(
+            "{what} must be at most {MAX_COUNT} (2^53), got {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// Rejects empty names and names longer than `max_len` bytes.
 pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     if name.is_empty() {

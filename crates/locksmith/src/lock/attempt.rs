@@ -59,7 +59,11 @@ pub(super) async fn send<S: Send + 'static>(
         let (undo_slot, on_reply) = (slot.clone(), undo.clone());
         let reply: redis::RedisResult<(Vec<i64>, Option<u32>)> = batcher
             .call_undoable(call.clone(), move |reply| {
-                if let (Some(state), true) = (take(&undo_slot), granted(&reply)) {
+                // The undo is an idempotent release of `expected + 1`
+                // holds, harmless if nothing was granted: an unknown
+                // outcome (None) is undone too.
+                let granted = reply.as_ref().is_none_or(granted);
+                if let (Some(state), true) = (take(&undo_slot), granted) {
                     detach(
                         "undoing the grant of a cancelled acquire",
                         "the hold stays until its lease runs out",
@@ -176,4 +180,43 @@ pub(super) fn hash_hold(
         lease,
         renew,
     }
+}
+
+/// Finishes a release whose reply was lost (every resend timed out): keeps
+/// resending in the background, with the owner's `state` held so no later
+/// call of the owner overtakes it, until Redis answers or `until` passes
+/// (by then the hold has run out with its lease). `resend` answers the
+/// holds left (`Some`) or that none is held (`None`); `apply` records that
+/// in the state, `None` also when time ran out.
+pub(super) fn settle<S, R, Fut>(
+    state: OwnedMutexGuard<S>,
+    until: Instant,
+    resend: R,
+    apply: fn(&mut S, Option<u32>),
+) where
+    S: Send + Sync + 'static,
+    R: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Option<u32>>> + Send,
+{
+    detach(
+        "finishing a release whose reply was lost",
+        "the hold runs out with its lease",
+        async move {
+            let mut state = state;
+            let mut pause = std::time::Duration::from_millis(100);
+            loop {
+                let now = Instant::now();
+                if now >= until {
+                    apply(&mut state, None);
+                    return;
+                }
+                tokio::time::sleep(pause.min(until - now)).await;
+                if let Ok(left) = resend().await {
+                    apply(&mut state, left);
+                    return;
+                }
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+        },
+    );
 }

@@ -13,6 +13,7 @@
 //! delays the queue by at most that timeout. Times come from the server's
 //! clock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,6 +97,9 @@ struct Shared {
     /// Keeps that channel subscribed from this owner's first wait until
     /// the handle is dropped, so successive waits cost no SUBSCRIBE.
     keeper: std::sync::OnceLock<Keeper>,
+    /// Counts this owner's waits; a background leave of a dropped wait is
+    /// skipped once a later wait has started.
+    waits: AtomicU64,
     /// This owner's field in the lock hash and entry in the queue.
     owner: Arc<str>,
     /// Serializes this owner's acquires and releases, so the hold count
@@ -125,6 +129,7 @@ impl Client {
                 token_key: keys::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
                 keeper: std::sync::OnceLock::new(),
+                waits: AtomicU64::new(0),
                 channel_prefix: prefix.into(),
                 owner: owner.into(),
                 name: name.into(),
@@ -153,8 +158,8 @@ type FairInfoReply = (Vec<(String, u64)>, i64, Option<u64>, Vec<String>);
 enum Attempt {
     /// Granted.
     Granted(LockGuard),
-    /// Queued at this position; look again no later than `until`.
-    Queued { position: u64, until: Instant },
+    /// Queued; look again no later than `until`.
+    Queued { until: Instant },
 }
 
 impl FairLock {
@@ -297,9 +302,10 @@ impl FairLock {
         } else {
             self.wait_timeout
         };
-        // Leaves the queue if this future ends without the lock (dropped,
-        // out of time, or failed).
-        let mut leave = LeaveOnDrop((!once).then(|| self.clone()));
+        // Leaves the queue if this future is dropped before it ends; an
+        // ending without the lock (out of time, failed) leaves inline.
+        let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut leave = LeaveOnDrop((!once).then(|| (self.clone(), epoch)));
         if !once {
             self.shared
                 .keeper
@@ -316,21 +322,21 @@ impl FairLock {
                 || async {
                     Ok(match self.attempt(patience).await? {
                         Attempt::Granted(guard) => Check::Done(guard),
-                        // Behind others, a release goes to the head, not to
-                        // us: nothing meant for us can have been missed
-                        // before we listened.
-                        Attempt::Queued { position, until } if position > 0 => {
-                            Check::Behind(Some(until))
-                        }
-                        Attempt::Queued { until, .. } => Check::NotYet(Some(until)),
+                        Attempt::Queued { until } => Check::NotYet(Some(until)),
                     })
                 },
             )
-            .await?;
-        if got.is_some() {
-            leave.0 = None;
+            .await;
+        if leave.0.take().is_some() && !matches!(got, Ok(Some(_))) {
+            // Before returning, so that the owner's next acquire cannot be
+            // overtaken by this leave.
+            let state = self.shared.state.clone().lock_owned().await;
+            if let Err(e) = self.leave().await {
+                tracing::debug!(lock = %self.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
+            }
+            drop(state);
         }
-        Ok(got)
+        got
     }
 
     /// One acquire call (resent on a lost reply), serialized with this
@@ -381,7 +387,6 @@ impl FairLock {
             0 => {
                 let wait = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
                 return Ok(Attempt::Queued {
-                    position: u64::try_from(field(2)).unwrap_or(0),
                     until: Instant::now() + wait,
                 });
             }
@@ -461,7 +466,35 @@ impl FairLock {
             if expected == 0 {
                 return Err(this.not_held());
             }
-            match this.release_call(expected).await? {
+            let released = match this.release_call(expected).await {
+                Ok(released) => released,
+                Err(e) => {
+                    // Unknown outcome. A last hold is no longer renewed, so
+                    // it runs out with its lease; the release is resent
+                    // in the background meanwhile.
+                    if expected == 1 {
+                        state.registration = None;
+                    }
+                    let (again, until) = (this.clone(), Instant::now() + this.lease());
+                    attempt::settle(
+                        state,
+                        until,
+                        move || {
+                            let again = again.clone();
+                            async move {
+                                Ok(match again.release_call(expected).await? {
+                                    Released::Freed => Some(0),
+                                    Released::Held(left) => Some(left),
+                                    Released::NotHeld => None,
+                                })
+                            }
+                        },
+                        record_release,
+                    );
+                    return Err(e);
+                }
+            };
+            match released {
                 Released::Freed => {
                     state.count = 0;
                     state.registration = None;
@@ -563,6 +596,19 @@ impl FairLock {
     }
 }
 
+/// Records the outcome of a settled release in the owner's state: holds
+/// left, or (`None`) none held any more.
+fn record_release(state: &mut HoldState, left: Option<u32>) {
+    match left {
+        Some(0) => {
+            state.count = 0;
+            state.registration = None;
+        }
+        Some(left) => state.count = left,
+        None => forget(state),
+    }
+}
+
 /// What a release request found.
 enum Released {
     /// The lock was freed (the head waiter told).
@@ -573,20 +619,24 @@ enum Released {
     NotHeld,
 }
 
-/// Leaves the fair queue in the background unless disarmed (the acquire
-/// got the lock). Sent after this owner's state is free, so after any
-/// acquire call in flight has settled.
-struct LeaveOnDrop(Option<FairLock>);
+/// Leaves the fair queue in the background when an acquire future is
+/// dropped midway (armed with the owner and the number of its wait).
+/// Sent once the owner's state is free, so after any call in flight
+/// settled; skipped if the owner started another wait meanwhile (that wait
+/// owns the queue entry now).
+struct LeaveOnDrop(Option<(FairLock, u64)>);
 
 impl Drop for LeaveOnDrop {
     fn drop(&mut self) {
-        if let Some(lock) = self.0.take() {
+        if let Some((lock, epoch)) = self.0.take() {
             detach(
                 "leaving a fair lock queue",
                 "the waiter stays queued until its give-up time",
                 async move {
-                    // Wait for any call of this owner still settling.
                     let state = lock.shared.state.clone().lock_owned().await;
+                    if lock.shared.waits.load(Ordering::SeqCst) != epoch {
+                        return;
+                    }
                     if let Err(e) = lock.leave().await {
                         tracing::debug!(lock = %lock.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
                     }

@@ -11,6 +11,7 @@
 //! holds keep others' writes out). A reader asking for the write lock gets
 //! [`Error::Upgrade`] instead of waiting forever for itself.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,6 +106,9 @@ struct Shared {
     writer_field: Arc<str>,
     /// This owner's read and write holds, serialized.
     state: Arc<Mutex<RwState>>,
+    /// Counts this owner's waits; a background withdrawal of a dropped
+    /// wait's claim is skipped once a later wait has started.
+    waits: AtomicU64,
 }
 
 /// One owner's holds on both sides.
@@ -155,6 +159,7 @@ impl Client {
                 owner: owner.into(),
                 name: name.into(),
                 state: Arc::new(Mutex::new(RwState::default())),
+                waits: AtomicU64::new(0),
             }),
             lease: None,
             prefer_writers: false,
@@ -355,7 +360,8 @@ impl ReadWriteLock {
         let client = &self.shared.client;
         let claim =
             side == Side::Write && self.prefer_writers && !wait.is_some_and(|w| w.is_zero());
-        let mut withdraw = WithdrawOnDrop(claim.then(|| self.clone()));
+        let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut withdraw = WithdrawOnDrop(claim.then(|| (self.clone(), epoch)));
         let recheck = if claim {
             self.lease() / 3
         } else {
@@ -372,8 +378,12 @@ impl ReadWriteLock {
                 || self.attempt(side, claim),
             )
             .await;
-        if matches!(got, Ok(Some(_))) {
-            withdraw.0 = None;
+        if withdraw.0.take().is_some() && !matches!(got, Ok(Some(_))) {
+            // Out of time or failed: withdraw the claim before returning,
+            // so the owner's next wait cannot be overtaken by it.
+            let state = self.shared.state.clone().lock_owned().await;
+            let _ = self.run_release("leave", 0).await;
+            drop(state);
         }
         got
     }
@@ -508,11 +518,38 @@ impl ReadWriteLock {
         let this = self.clone();
         let task = tokio::spawn(async move {
             let mut state = this.shared.state.clone().lock_owned().await;
-            let hold = state.side(side);
-            if hold.count == 0 {
+            let expected = state.side(side).count;
+            if expected == 0 {
                 return Err(this.not_held());
             }
-            match this.release_call(side, hold.count).await? {
+            let released = match this.release_call(side, expected).await {
+                Ok(released) => released,
+                Err(e) => {
+                    // Unknown outcome. A last hold is no longer renewed, so
+                    // it runs out with its lease; the release is resent in
+                    // the background meanwhile.
+                    if expected == 1 {
+                        state.side(side).registration = None;
+                    }
+                    let (again, until) = (this.clone(), Instant::now() + this.lease());
+                    let record = match side {
+                        Side::Read => record_read as fn(&mut RwState, Option<u32>),
+                        Side::Write => record_write,
+                    };
+                    attempt::settle(
+                        state,
+                        until,
+                        move || {
+                            let again = again.clone();
+                            async move { again.release_call(side, expected).await }
+                        },
+                        record,
+                    );
+                    return Err(e);
+                }
+            };
+            let hold = state.side(side);
+            match released {
                 Some(0) => {
                     hold.count = 0;
                     hold.registration = None;
@@ -592,20 +629,44 @@ impl ReadWriteLock {
     }
 }
 
-/// Withdraws a preferring writer's claim in the background unless
-/// disarmed (the writer got the lock, which removes the claim itself).
-struct WithdrawOnDrop(Option<ReadWriteLock>);
+/// Records the outcome of a settled read release (see `attempt::settle`).
+fn record_read(state: &mut RwState, left: Option<u32>) {
+    record(&mut state.read, left);
+}
+
+/// Records the outcome of a settled write release.
+fn record_write(state: &mut RwState, left: Option<u32>) {
+    record(&mut state.write, left);
+}
+
+fn record(hold: &mut HoldState, left: Option<u32>) {
+    match left {
+        Some(0) => {
+            hold.count = 0;
+            hold.registration = None;
+        }
+        Some(left) => hold.count = left,
+        None => forget(hold),
+    }
+}
+
+/// Withdraws a preferring writer's claim in the background when its
+/// acquire future is dropped midway (armed with the owner and the number
+/// of its wait); skipped if the owner started another wait meanwhile.
+struct WithdrawOnDrop(Option<(ReadWriteLock, u64)>);
 
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
-        if let Some(lock) = self.0.take() {
+        if let Some((lock, epoch)) = self.0.take() {
             crate::task::detach(
                 "withdrawing a waiting writer's claim",
                 "it lapses after one lease",
                 async move {
                     // After any call of this owner still settling.
                     let state = lock.shared.state.clone().lock_owned().await;
-                    let _ = lock.run_release("leave", 0).await;
+                    if lock.shared.waits.load(Ordering::SeqCst) == epoch {
+                        let _ = lock.run_release("leave", 0).await;
+                    }
                     drop(state);
                 },
             );

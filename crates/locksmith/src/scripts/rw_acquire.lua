@@ -4,9 +4,11 @@
 --   KEYS  lock hash, fencing counter, waiting-writers zset
 --         {NAME}:locksmith_writers (locksmith's own: writer preference)
 --   ARGV  'r' or 'w', owner, this owner's hold count of that kind before
---         this acquire, lease in milliseconds, '1' when writers are
---         preferred ('0' otherwise), how long (ms) a waiting writer's claim
---         lasts unless renewed
+--         this acquire, lease in milliseconds, '1' when this writer claims
+--         preference while it waits ('0' otherwise), how long (ms) its
+--         claim lasts unless renewed (0: no claim, a single try)
+-- A reader that holds nothing yet waits while any unexpired claim exists,
+-- whatever its own handle's setting.
 -- Returns one reply per request: {1, token, count} granted by this call;
 -- {2, token, count, pttl} granted earlier (a resend whose reply was lost);
 -- {0, pttl, 0} busy; {-1, count-on-server, 0} the server disagrees with the
@@ -38,8 +40,8 @@ local function acquire(key, token_key, writers, kind, owner, expected, lease, pr
         end
         local may = mode == false or mode == 'read'
             or (mode == 'write' and redis.call('hexists', key, wfield) == 1)
-        if may and prefer == '1' and held == 0 and mode ~= 'write' then
-            -- Writers waiting: newcomers queue behind them.
+        if may and held == 0 and mode ~= 'write' and redis.call('exists', writers) == 1 then
+            -- Preferring writers wait: newcomers queue behind them.
             redis.call('zremrangebyscore', writers, 0, now)
             if redis.call('zcard', writers) > 0 then
                 may = false
@@ -82,9 +84,13 @@ local function acquire(key, token_key, writers, kind, owner, expected, lease, pr
     if redis.call('hexists', key, owner) == 1 then
         return {-3, 0, 0}
     end
-    if prefer == '1' then
-        redis.call('zadd', writers, now + tonumber(patience), owner)
-        redis.call('pexpire', writers, tonumber(patience))
+    patience = tonumber(patience)
+    if prefer == '1' and patience > 0 then
+        redis.call('zadd', writers, now + patience, owner)
+        -- Only ever extend: other writers' claims may last longer.
+        if redis.call('pttl', writers) < patience then
+            redis.call('pexpire', writers, patience)
+        end
     end
     return busy(key)
 end

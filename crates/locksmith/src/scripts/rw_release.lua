@@ -24,11 +24,17 @@ local field = owner
 if kind == 'w' then
     field = owner .. ':write'
 end
-local held = tonumber(redis.call('hget', key, field) or '0')
+local held = redis.call('hget', key, field)
+if held == false then
+    -- Not held (lost, or a resend whose first send released the last
+    -- hold: the caller tells the two apart).
+    return {0, 0}
+end
+held = tonumber(held)
 if held == expected - 1 then
     return {4, held}
 end
-if held ~= expected or held == 0 then
+if held ~= expected then
     return {0, held}
 end
 if kind == 'w' then
@@ -54,16 +60,29 @@ local left = redis.call('hincrby', key, field, -1)
 if left == 0 then
     redis.call('hdel', key, field)
 end
-redis.call('del', hold_prefix(key, owner) .. ':' .. held)
+-- Holds are not tied to keys: the highest-numbered key goes, and the one
+-- below it keeps the later of the two expiries, so no remaining hold of
+-- this owner ends sooner than its guard was told.
+local prefix = hold_prefix(key, owner)
+local gone = redis.call('pttl', prefix .. ':' .. held)
+redis.call('del', prefix .. ':' .. held)
+if held > 1 and gone > redis.call('pttl', prefix .. ':' .. (held - 1)) then
+    redis.call('pexpire', prefix .. ':' .. (held - 1), gone)
+end
 if redis.call('hlen', key) > 1 then
     local longest = longest_read_hold(key)
     if longest > 0 then
         redis.call('pexpire', key, longest)
+        if left == 0 then
+            return {1, 0}
+        end
+        return {2, left}
     end
-    if left == 0 then
+    if redis.call('hget', key, 'mode') == 'write' then
         return {1, 0}
     end
-    return {2, left}
+    -- Only read holds whose leases ran out (their owners died): the lock
+    -- is free, as Redisson's read unlock decides too.
 end
 redis.call('del', key)
 announce(channel, '0', mode)

@@ -150,12 +150,7 @@ impl ExpirableSemaphore {
     /// Not cancel safe: dropped after the command was sent, the count may
     /// or may not have been set.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
-        if permits > validate::MAX_COUNT {
-            return Err(Error::invalid(format!(
-                "permits must be at most {} (2^53), got {permits}",
-                validate::MAX_COUNT
-            )));
-        }
+        validate::settable(permits, "permits")?;
         Ok(self.update("set", &permits.to_string()).await? == 1)
     }
 
@@ -331,7 +326,9 @@ impl ExpirableSemaphore {
                 .room
                 .acquire
                 .call_undoable(call.clone(), move |reply| {
-                    if granted(&reply) {
+                    // Releasing by id is harmless if nothing was granted,
+                    // so an unknown outcome (None) is undone too.
+                    if reply.as_ref().is_none_or(granted) {
                         let (semaphore, id) = undo;
                         detach(
                             "releasing the permit of a cancelled acquire",

@@ -137,12 +137,7 @@ impl Semaphore {
     /// Not cancel safe: dropped after the command was sent, the count may
     /// or may not have been set; [`Semaphore::available`] shows which.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
-        if permits > validate::MAX_COUNT {
-            return Err(Error::invalid(format!(
-                "permits must be at most {} (2^53), got {permits}",
-                validate::MAX_COUNT
-            )));
-        }
+        validate::settable(permits, "permits")?;
         Ok(self.update("set", permits as i64).await? == 1)
     }
 
@@ -319,7 +314,9 @@ impl Semaphore {
             .room
             .acquire
             .call_undoable(call, move |reply| {
-                if taken(&reply) {
+                // Unknown outcome (None): nothing safe to do, as the acquire
+                // is not idempotent (see the method docs).
+                if reply.as_ref().is_some_and(taken) {
                     detach(
                         "giving back the permits of a cancelled acquire",
                         "they stay taken",

@@ -17,6 +17,7 @@ crate::on_every_topology!(
     a_writer_may_downgrade_and_a_reader_may_not_upgrade,
     each_read_hold_keeps_its_own_lease,
     preferring_writers_are_not_starved_by_a_reader_flood,
+    a_single_try_leaves_waiting_writers_claims_alone,
     bad_input_is_refused_and_changes_nothing,
     a_redisson_client_shares_the_lock,
 );
@@ -138,6 +139,56 @@ async fn a_writer_may_downgrade_and_a_reader_may_not_upgrade(env: Env) {
     assert_eq!(lock.info().await.unwrap().mode, None);
     let write = third.try_write().await.unwrap().expect("free");
     assert!(write.fencing_token() > write_token, "tokens increase");
+    write.release().await.unwrap();
+
+    // A write hold whose fixed lease ran out: its release says so.
+    let short = third
+        .with_lease(Duration::from_millis(200))
+        .unwrap()
+        .write()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        short.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+}
+
+async fn a_single_try_leaves_waiting_writers_claims_alone(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("claims");
+    let reader = client.read_write_lock(name.clone()).unwrap();
+    let read = reader.read().await.unwrap();
+    let writer = client
+        .read_write_lock(name.clone())
+        .unwrap()
+        .prefer_writers();
+    let waiting = tokio::spawn(async move { writer.write().await.unwrap() });
+    let claimed = eventually(Duration::from_secs(10), || async {
+        reader.info().await.unwrap().waiting_writers == 1
+    })
+    .await;
+    assert!(claimed, "the waiting writer's claim");
+    let other = client
+        .read_write_lock(name.clone())
+        .unwrap()
+        .prefer_writers();
+    assert!(other.try_write().await.unwrap().is_none());
+    assert_eq!(
+        reader.info().await.unwrap().waiting_writers,
+        1,
+        "a single try neither claims nor clears claims"
+    );
+    // The claim holds back new readers, whatever their own handle says.
+    let plain = client.read_write_lock(name.clone()).unwrap();
+    assert!(plain.try_read().await.unwrap().is_none());
+    read.release().await.unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reader.info().await.unwrap().waiting_writers, 0);
     write.release().await.unwrap();
 }
 
