@@ -48,11 +48,6 @@ pub fn order_status(order: i64) -> String {
     format!("seckill:order-status:{order}")
 }
 
-/// The order-id sequence of one UTC day.
-pub fn order_seq(day: i64) -> String {
-    format!("seckill:order-seq:{day}")
-}
-
 /// The consumer group that writes orders to the database.
 pub const ORDER_GROUP: &str = "seckill-writers";
 

@@ -11,7 +11,8 @@
 //! - [`strategy`]: the five purchase strategies.
 //! - [`pipeline`]: the stream consumer that writes orders to the database.
 //! - [`db`]: vouchers and orders on SQLite or PostgreSQL; [`keys`]: Redis key
-//!   names; [`order_id`]: order ids.
+//!   names. Order ids come from locksmith's `IdGenerator` (see
+//!   [`state::AppState::order_ids`]).
 //! - [`server`]: running an instance with graceful shutdown.
 //! - [`demo`]: `seckill demo`, the experiment with numbers.
 
@@ -20,7 +21,6 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub mod keys;
-pub mod order_id;
 pub mod pipeline;
 pub mod routes;
 pub mod server;

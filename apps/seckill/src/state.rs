@@ -40,6 +40,9 @@ struct Inner {
     /// Opens dedicated connections for blocking stream reads, which would
     /// stall every other command on the shared multiplexed connection.
     redis_client: redis::Client,
+    /// Order ids: the library's generator on the day's sequence
+    /// `seckill:order-seq:<day>`, one `INCR` per id.
+    order_ids: locksmith::IdGenerator,
     /// The order database.
     db: Db,
     /// Voucher metadata by id. Windows and segment counts never change after
@@ -83,9 +86,11 @@ impl AppState {
             .await?;
         let redis_client = redis::Client::open(config.redis_url.as_str())?;
         let db = Db::connect(&config.database_url).await?;
+        let order_ids = locks.id_generator("seckill:order-seq")?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
+                order_ids,
                 locks,
                 redis_client,
                 db,
@@ -99,6 +104,11 @@ impl AppState {
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The order id generator (unique across instances, time-ordered).
+    pub fn order_ids(&self) -> &locksmith::IdGenerator {
+        &self.inner.order_ids
     }
 
     /// The lock client.

@@ -8,6 +8,7 @@
 //! - `run.rs`: `locksmith run`, holding a lock while a command runs.
 //! - `admin.rs`: `locksmith status` and `locksmith unlock --force`.
 //! - `latch.rs`: `locksmith latch`, a count-down latch from the shell.
+//! - `ids.rs`: `locksmith id`, unique time-ordered ids.
 //! - `bench/`: `locksmith bench`, locksmith against rslock and the raw
 //!   scripts on one Redis.
 
@@ -16,6 +17,7 @@ mod admin;
 mod bench;
 mod duration;
 mod exit;
+mod ids;
 mod latch;
 mod run;
 
@@ -96,6 +98,16 @@ enum Command {
     ///   locksmith latch shards-loaded wait --timeout 10m
     #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
     Latch(LatchArgs),
+    /// Print unique, time-ordered 64-bit ids (31 bits of seconds since
+    /// 2024-01-01 UTC, 32 bits of a per-day sequence shared by every
+    /// client of the prefix).
+    ///
+    /// Examples:
+    ///   locksmith id orders
+    ///   locksmith id orders --count 1000 --block 1000 > ids.txt
+    ///   locksmith id orders --json
+    #[command(verbatim_doc_comment)]
+    Id(ids::IdArgs),
     /// Benchmark locksmith against rslock and the raw scripts on one Redis.
     ///
     /// Without --redis (the environment variables are ignored here) it
@@ -222,7 +234,7 @@ struct UnlockArgs {
 }
 
 /// Rejects empty names at parse time, with clap's usual error format.
-fn non_empty(s: &str) -> Result<String, String> {
+pub(crate) fn non_empty(s: &str) -> Result<String, String> {
     if s.is_empty() {
         Err("must not be empty".into())
     } else {
@@ -279,6 +291,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
         Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
+        Command::Id(args) => ids::ids(&redis_url(cli.redis), args).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(cli.redis, args).await,
     }

@@ -16,6 +16,7 @@
 //!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
 //!   leases.
 //! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
+//! - [`IdGenerator`] (`id.rs`): unique, time-ordered 64-bit ids.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
 //! - `topology.rs`: the command connection for a single server, a
 //!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
@@ -33,6 +34,7 @@
 mod batch;
 mod client;
 mod error;
+mod id;
 mod keys;
 mod latch;
 mod lease;
@@ -48,6 +50,7 @@ mod validate;
 
 pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
+pub use id::IdGenerator;
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
 pub use lock::{

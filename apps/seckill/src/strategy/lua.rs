@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use super::Accepted;
 use crate::db::Voucher;
 use crate::error::AppError;
+use crate::keys;
 use crate::state::AppState;
-use crate::{keys, order_id};
 
 /// The gate; its SHA is computed once and EVALSHA falls back to loading.
 static GATE: LazyLock<redis::Script> =
@@ -21,7 +21,7 @@ pub(super) async fn purchase(
     user_id: i64,
 ) -> Result<Accepted, AppError> {
     let mut conn = state.redis();
-    let id = order_id::next(&mut conn).await?;
+    let id = state.order_ids().next_id().await?;
     let code: i64 = GATE
         .key(keys::stock(voucher.id))
         .key(keys::buyers(voucher.id))

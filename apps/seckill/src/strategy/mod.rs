@@ -33,8 +33,8 @@ use std::time::Instant;
 use crate::config::Strategy;
 use crate::db::{now_ms, Order, StockGuard, Voucher, WriteOutcome};
 use crate::error::AppError;
+use crate::keys;
 use crate::state::AppState;
-use crate::{keys, order_id};
 
 /// A purchase the service said yes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,8 +187,7 @@ async fn write_now(
     let mut attempts = 0;
     let (order, outcome) = loop {
         attempts += 1;
-        let mut conn = state.redis();
-        let id = match order_id::next(&mut conn).await {
+        let id = match state.order_ids().next_id().await {
             Ok(id) => id,
             Err(e) => {
                 give_back().await;

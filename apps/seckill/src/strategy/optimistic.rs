@@ -22,7 +22,6 @@
 use super::{check_window, Accepted};
 use crate::db::{Order, StockGuard, Voucher, WriteOutcome};
 use crate::error::AppError;
-use crate::order_id;
 use crate::state::AppState;
 
 /// Order-id collisions tolerated before giving up (see the module docs).
@@ -44,7 +43,7 @@ pub(super) async fn purchase(
         return Err(AppError::SoldOut);
     }
     for _ in 0..ID_ATTEMPTS {
-        let id = order_id::next(&mut state.redis()).await?;
+        let id = state.order_ids().next_id().await?;
         let order = Order {
             id,
             voucher_id: voucher.id,

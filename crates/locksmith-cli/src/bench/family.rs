@@ -112,7 +112,7 @@ impl Bench {
         }
     }
 
-    async fn client(&self) -> Result<locksmith::Client, String> {
+    pub(super) async fn client(&self) -> Result<locksmith::Client, String> {
         match self.locksmith().await? {
             Contender::Locksmith(client) => Ok(client),
             _ => Err("not a locksmith client".into()),

@@ -25,6 +25,7 @@
 
 mod contender;
 mod family;
+mod ids;
 mod stats;
 mod topologies;
 
@@ -104,6 +105,10 @@ pub(crate) struct BenchArgs {
     /// 100 waiters in two clients.
     #[arg(long, conflicts_with = "topologies")]
     family: bool,
+    /// Instead of the lock phases, the id generator in both modes (one
+    /// INCR per id, blocks of 1000) against a bare INCR loop.
+    #[arg(long, conflicts_with_all = ["topologies", "family"])]
+    ids: bool,
 }
 
 /// What one throughput phase measured.
@@ -162,10 +167,12 @@ pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u
             (Some(server), url, true)
         }
     };
-    let family = args.family;
+    let (family, ids) = (args.family, args.ids);
     let bench = Bench::connect(&url, args).await?;
     let result = if family {
         bench.run_family().await
+    } else if ids {
+        bench.run_ids().await
     } else {
         bench.run_all(own).await
     };
