@@ -48,6 +48,18 @@ pub enum Error {
         name: String,
     },
 
+    /// A fenced store refused a write: a larger fencing token has written
+    /// already, so the writer's lock was lost and granted again since.
+    #[error("fenced store {name:?} refused a write with token {token}: token {highest} has written already (this holder's lock was lost)")]
+    StaleToken {
+        /// The store's name.
+        name: String,
+        /// The refused writer's token.
+        token: u64,
+        /// The highest token the store has accepted.
+        highest: u64,
+    },
+
     /// A read-write lock owner that holds read holds asked for the write
     /// hold: waiting for it would wait for itself. Release the read holds
     /// first (the reverse, a writer taking read holds, is allowed).
@@ -105,6 +117,8 @@ pub enum ErrorKind {
     NotHeld,
     /// A read-write lock reader asked for the write hold.
     Upgrade,
+    /// A fenced store refused a write with a stale fencing token.
+    StaleToken,
     /// A grant was not acknowledged by enough replicas and was rolled
     /// back; retrying may succeed once the replicas catch up.
     NotReplicated,
@@ -125,6 +139,7 @@ impl Error {
             Error::WrongType { .. } => ErrorKind::WrongType,
             Error::NotHeld { .. } | Error::PermitNotHeld { .. } => ErrorKind::NotHeld,
             Error::Upgrade { .. } => ErrorKind::Upgrade,
+            Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)

@@ -17,6 +17,8 @@
 //!   leases.
 //! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
 //! - [`IdGenerator`] (`id.rs`): unique, time-ordered 64-bit ids.
+//! - [`FencedStore`] (`fenced.rs`): a value that refuses stale fencing
+//!   tokens.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
 //! - `topology.rs`: the command connection for a single server, a
 //!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
@@ -34,6 +36,7 @@
 mod batch;
 mod client;
 mod error;
+mod fenced;
 mod id;
 mod keys;
 mod latch;
@@ -50,6 +53,7 @@ mod validate;
 
 pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
 pub use error::{Error, ErrorKind, Result};
+pub use fenced::FencedStore;
 pub use id::IdGenerator;
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;

@@ -70,3 +70,4 @@ script!(FAIR_INFO, "fair_info.lua");
 script!(RW_ACQUIRE, rw "rw_acquire.lua");
 script!(RW_RELEASE, rw "rw_release.lua");
 script!(RW_INFO, "rw_info.lua");
+script!(FENCED_WRITE, "fenced_write.lua");

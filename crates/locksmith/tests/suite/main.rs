@@ -8,6 +8,7 @@ mod common;
 mod cancel;
 mod expirable;
 mod fair;
+mod fenced;
 mod handoff;
 mod latch;
 mod lock;
