@@ -74,6 +74,7 @@ enum Command {
     /// Examples:
     ///   locksmith run --lock nightly-report -- ./report.sh
     ///   locksmith run --lock deploy --wait 0 -- ./deploy.sh
+    ///   locksmith run --lock account:17 --lock account:42 -- ./transfer.sh
     ///   locksmith run --fair-lock payouts -- ./pay.sh
     ///   locksmith run --read-lock catalog -- ./export.sh
     ///   locksmith run --semaphore encoders --permits 4 -- ffmpeg ...
@@ -121,9 +122,12 @@ enum Command {
 #[command(group(clap::ArgGroup::new("object").required(true)
     .args(["lock", "fair_lock", "read_lock", "write_lock", "semaphore"])))]
 struct RunArgs {
-    /// Name of the lock (its Redis key).
+    /// Name of the lock (its Redis key). Given more than once, all the
+    /// locks are taken together or none (a MultiLock, acquired in name
+    /// order so two such commands never deadlock); CMD then sees the names
+    /// and tokens comma-separated, in that order.
     #[arg(long = "lock", value_name = "NAME", value_parser = non_empty)]
-    lock: Option<String>,
+    lock: Vec<String>,
 
     /// Instead, a fair lock: waiters from every host are served in arrival
     /// order (Redisson's RFairLock layout).

@@ -8,7 +8,6 @@
 //! the same way: it has a lease, renewed while the command runs, so a
 //! killed locksmith's permit comes back when the lease runs out.
 
-use std::pin::pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use locksmith::{Client, ErrorKind, LockGuard, LostSignal, Permit};
+use locksmith::{Client, ErrorKind, LockGuard, MultiGuard, Permit};
 
 use crate::exit::{self, CliError};
 use crate::{OnLost, RunArgs};
@@ -52,6 +51,10 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             format!("{} {name:?}", kind.noun()),
             acquire_lock(&client, kind, name, fixed, args.wait),
         ),
+        Object::Multi(names) => (
+            format!("locks {}", names.join(", ")),
+            acquire_multi(&client, names, fixed, args.wait),
+        ),
     };
     let held = tokio::select! {
         acquired = acquire => acquired?,
@@ -66,6 +69,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         let busy = match object(&args) {
             Object::Semaphore(_) => "has no free permit",
             Object::Lock(..) => "is held by someone else",
+            Object::Multi(_) => "are not all free (none was kept)",
         };
         eprintln!("locksmith: {what} {busy}; {gave_up}");
         return Ok(args.conflict_exit_code);
@@ -150,12 +154,18 @@ enum Object<'a> {
     Lock(LockKind, &'a str),
     /// A semaphore permit.
     Semaphore(&'a str),
+    /// Several plain locks, all or nothing.
+    Multi(&'a [String]),
 }
 
 /// The one object option given (clap requires exactly one).
 fn object(args: &RunArgs) -> Object<'_> {
+    match args.lock.as_slice() {
+        [] => {}
+        [one] => return Object::Lock(LockKind::Plain, one),
+        many => return Object::Multi(many),
+    }
     let locks = [
-        (LockKind::Plain, &args.lock),
         (LockKind::Fair, &args.fair_lock),
         (LockKind::Read, &args.read_lock),
         (LockKind::Write, &args.write_lock),
@@ -174,14 +184,18 @@ enum Held {
     Lock(LockGuard),
     /// A semaphore permit.
     Permit(Permit),
+    /// Several locks.
+    Multi(MultiGuard),
 }
 
 impl Held {
-    /// Fires when the lock or the permit's lease is lost.
-    fn lost(&self) -> LostSignal {
+    /// Completes when the lock (any lock, for several) or the permit's
+    /// lease is lost.
+    fn lost(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         match self {
-            Held::Lock(guard) => guard.lost(),
-            Held::Permit(permit) => permit.lost(),
+            Held::Lock(guard) => Box::pin(guard.lost().wait()),
+            Held::Permit(permit) => Box::pin(permit.lost().wait()),
+            Held::Multi(guard) => Box::pin(guard.lost()),
         }
     }
 
@@ -196,6 +210,15 @@ impl Held {
                 ("LOCKSMITH_SEMAPHORE_NAME", permit.name().to_owned()),
                 ("LOCKSMITH_PERMIT_ID", permit.id().to_owned()),
             ],
+            Held::Multi(guard) => {
+                let tokens = guard.fencing_tokens();
+                let names: Vec<&str> = tokens.iter().map(|(n, _)| *n).collect();
+                let values: Vec<String> = tokens.iter().map(|(_, t)| t.to_string()).collect();
+                vec![
+                    ("LOCKSMITH_LOCK_NAME", names.join(",")),
+                    ("LOCKSMITH_FENCING_TOKEN", values.join(",")),
+                ]
+            }
         }
     }
 
@@ -203,6 +226,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.release().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Multi(guard) => guard.release().await,
         }
     }
 }
@@ -263,6 +287,27 @@ fn acquire_lock<'a>(
     })
 }
 
+/// Waits for every lock of `names` (a MultiLock) as `wait` says.
+fn acquire_multi<'a>(
+    client: &'a Client,
+    names: &'a [String],
+    fixed: Option<Duration>,
+    wait: Option<Duration>,
+) -> Acquire<'a> {
+    Box::pin(async move {
+        let mut multi = client.multi_lock(names.iter().cloned())?;
+        if let Some(lease) = fixed {
+            multi = multi.with_lease(lease)?;
+        }
+        let guard = match wait {
+            None => multi.lock().await.map(Some),
+            Some(wait) if wait.is_zero() => multi.try_lock().await,
+            Some(wait) => multi.try_lock_for(wait).await,
+        }?;
+        Ok(guard.map(Held::Multi))
+    })
+}
+
 /// Sets semaphore `name` to `permits` if it does not exist, then waits for
 /// a permit as `wait` says.
 fn acquire_permit<'a>(
@@ -308,11 +353,11 @@ impl Supervisor<'_> {
     async fn watch(
         &self,
         mut child: Child,
-        lost_signal: LostSignal,
+        lost_signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
         sigint: &mut tokio::signal::unix::Signal,
         sigterm: &mut tokio::signal::unix::Signal,
     ) -> std::io::Result<(ExitStatus, bool)> {
-        let mut lost_signal = pin!(lost_signal.wait());
+        let mut lost_signal = lost_signal;
         let mut lost = false;
         let mut kill_at: Option<Instant> = None;
         loop {

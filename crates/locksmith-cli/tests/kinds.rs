@@ -118,3 +118,56 @@ fn fair_lock_queue_shows_in_status() {
         serde_json::json!([])
     );
 }
+
+#[test]
+fn several_locks_are_taken_together_or_not_at_all() {
+    let server = RedisServer::start().unwrap();
+    let out = run(
+        &server,
+        &[
+            "run",
+            "--lock",
+            "to",
+            "--lock",
+            "from",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_LOCK_NAME $LOCKSMITH_FENCING_TOKEN",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "from,to 1,1", "names in canonical order");
+    // One member busy: exit 75 and the other member is not kept.
+    let holder = locksmith(&server)
+        .args(["run", "--lock", "to", "--", "sleep", "2"])
+        .spawn()
+        .unwrap();
+    wait_until(
+        || status_json(&server, "to")["locked"] == true,
+        "the holder",
+    );
+    let started = Instant::now();
+    let busy = run(
+        &server,
+        &[
+            "run", "--lock", "from", "--lock", "to", "--wait", "0", "--", "true",
+        ],
+    );
+    assert_eq!(busy.code, Some(75), "{busy:?}");
+    assert_eq!(
+        status_json(&server, "from")["locked"],
+        false,
+        "nothing kept"
+    );
+    assert!(
+        run(
+            &server,
+            &["run", "--lock", "from", "--lock", "from", "--", "true"]
+        )
+        .code
+            == Some(64),
+        "a name twice is bad input"
+    );
+    assert_eq!(finish(holder, started).code, Some(0));
+}

@@ -11,7 +11,8 @@
 //! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
 //!   [`SimpleLock`], the `SET NX PX` lock; [`FairLock`] (`lock/fair.rs`),
 //!   first come, first served; [`ReadWriteLock`] (`lock/rw.rs`), shared
-//!   readers or one writer.
+//!   readers or one writer; [`MultiLock`] (`lock/multi.rs`), several
+//!   locks all or nothing.
 //! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
 //!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
 //!   leases.
@@ -58,7 +59,8 @@ pub use id::IdGenerator;
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
 pub use lock::{
-    FairLock, FairLockInfo, Lock, LockGuard, LockInfo, ReadWriteLock, ReadWriteLockInfo, SimpleLock,
+    FairLock, FairLockInfo, Lock, LockGuard, LockInfo, MultiGuard, MultiLock, ReadWriteLock,
+    ReadWriteLockInfo, SimpleLock,
 };
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 

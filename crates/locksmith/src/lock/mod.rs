@@ -12,6 +12,7 @@ mod attempt;
 mod fair;
 mod guard;
 mod handoff;
+mod multi;
 mod release;
 mod rw;
 mod simple;
@@ -32,6 +33,7 @@ use crate::{keys, scripts, validate};
 pub use fair::{FairLock, FairLockInfo};
 pub use guard::LockGuard;
 use handoff::Handoffs;
+pub use multi::{MultiGuard, MultiLock};
 pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 

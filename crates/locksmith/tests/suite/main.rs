@@ -12,6 +12,7 @@ mod fenced;
 mod handoff;
 mod latch;
 mod lock;
+mod multi;
 mod redisson;
 mod rw;
 mod semaphore;
