@@ -17,7 +17,8 @@ pub(crate) struct IdArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: u32,
-    /// Reserve this many ids per round trip (block mode).
+    /// Reserve this many ids per round trip (block mode; never more than
+    /// --count).
     #[arg(long, value_name = "K", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     block: u32,
@@ -30,7 +31,11 @@ pub(crate) struct IdArgs {
 /// Prints `args.count` ids.
 pub(crate) async fn ids(url: &str, args: IdArgs) -> Result<u8, CliError> {
     let client = Client::open(url).await?;
-    let generator = client.id_generator(args.prefix)?.with_block(args.block)?;
+    // A block larger than the ids wanted would only waste the day's
+    // sequence numbers.
+    let generator = client
+        .id_generator(args.prefix)?
+        .with_block(args.block.min(args.count))?;
     let mut ids = Vec::with_capacity(args.count as usize);
     for _ in 0..args.count {
         ids.push(generator.next_id().await?);

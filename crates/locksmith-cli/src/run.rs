@@ -30,6 +30,11 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         // other than the default is set on the client.
         builder = builder.lease(lease);
     }
+    if args.lock.len() > 1 && args.lock.iter().any(|n| n.contains(',')) {
+        return Err(CliError::Usage(
+            "with several --lock, names may not contain ',' (CMD gets them comma-separated)".into(),
+        ));
+    }
     let client = builder.build().await?;
     let fixed = match (args.lease, args.no_renew) {
         (Some(lease), true) => Some(lease),
@@ -42,6 +47,11 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
 
+    // A MultiLock wait gives back the members it took when told to stop,
+    // and is awaited: dropped, its releases would be background tasks the
+    // exiting runtime may never run.
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let stoppable = matches!(object(&args), Object::Multi(_));
     let (what, acquire) = match object(&args) {
         Object::Semaphore(name) => (
             format!("semaphore {name:?}"),
@@ -53,13 +63,26 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         ),
         Object::Multi(names) => (
             format!("locks {}", names.join(", ")),
-            acquire_multi(&client, names, fixed, args.wait),
+            acquire_multi(&client, names, fixed, args.wait, stop.clone()),
         ),
     };
-    let held = tokio::select! {
-        acquired = acquire => acquired?,
-        _ = sigint.recv() => return Ok(128 + Signal::SIGINT as u8),
-        _ = sigterm.recv() => return Ok(128 + Signal::SIGTERM as u8),
+    let mut acquire = acquire;
+    let signalled = tokio::select! {
+        acquired = &mut acquire => Err(acquired),
+        _ = sigint.recv() => Ok(Signal::SIGINT),
+        _ = sigterm.recv() => Ok(Signal::SIGTERM),
+    };
+    let held = match signalled {
+        Err(acquired) => acquired?,
+        Ok(signal) => {
+            if stoppable {
+                stop.notify_one();
+                if let Ok(Some(held)) = acquire.await {
+                    let _ = held.release().await;
+                }
+            }
+            return Ok(128 + signal as u8);
+        }
     };
     let Some(held) = held else {
         let gave_up = match args.wait {
@@ -287,23 +310,23 @@ fn acquire_lock<'a>(
     })
 }
 
-/// Waits for every lock of `names` (a MultiLock) as `wait` says.
+/// Waits for every lock of `names` (a MultiLock) as `wait` says, or until
+/// `stop` is notified (then the members taken are released first).
 fn acquire_multi<'a>(
     client: &'a Client,
     names: &'a [String],
     fixed: Option<Duration>,
     wait: Option<Duration>,
+    stop: std::sync::Arc<tokio::sync::Notify>,
 ) -> Acquire<'a> {
     Box::pin(async move {
         let mut multi = client.multi_lock(names.iter().cloned())?;
         if let Some(lease) = fixed {
             multi = multi.with_lease(lease)?;
         }
-        let guard = match wait {
-            None => multi.lock().await.map(Some),
-            Some(wait) if wait.is_zero() => multi.try_lock().await,
-            Some(wait) => multi.try_lock_for(wait).await,
-        }?;
+        let guard = multi
+            .acquire_unless(wait, async move { stop.notified().await })
+            .await?;
         Ok(guard.map(Held::Multi))
     })
 }

@@ -61,6 +61,8 @@ impl FencedStore {
     /// write again), refused otherwise with nothing changed.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for a token above 2^53 (tokens are
+    /// compared as numbers; lock fencing tokens are counters, far below);
     /// [`Error::StaleToken`] when a larger token has written already;
     /// [`Error::WrongType`] when the key holds something else; connection
     /// errors and timeouts.
@@ -69,6 +71,7 @@ impl FencedStore {
     /// Not cancel safe: dropped after the command was sent, the write may
     /// or may not have happened; [`FencedStore::read`] shows which.
     pub async fn write(&self, token: u64, value: &[u8]) -> Result<()> {
+        crate::validate::settable(token, "a fencing token")?;
         let mut invocation = scripts::FENCED_WRITE.prepare_invoke();
         invocation.key(&*self.name).arg(token).arg(value);
         let (written, highest): (i64, u64) = self.client.invoke(&invocation, &self.name).await?;
@@ -112,6 +115,8 @@ impl FencedStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| self.client.map_err(e, Some(&self.name)))?;
-        Ok(token.zip(value))
+        // A token without a value (a hash written by hand) reads as an
+        // empty value: the token still fences.
+        Ok(token.map(|t| (t, value.unwrap_or_default())))
     }
 }

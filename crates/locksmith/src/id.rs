@@ -2,7 +2,7 @@
 //! prefix, roughly time-ordered and cheap. An id is 31 bits of seconds
 //! since an epoch (UTC) followed by 32 bits of a per-day sequence taken
 //! from `INCR` (or, in block mode, `INCRBY k`) on the key `PREFIX:<day>`,
-//! which expires two days after its day began. The sign bit stays clear,
+//! which expires two days after its last use. The sign bit stays clear,
 //! so ids fit a positive `i64`.
 //!
 //! Uniqueness: a day's sequence numbers are handed out by one counter, so
@@ -12,8 +12,11 @@
 //! only grows within a day, so calls made one after another get increasing
 //! ids; in block mode every id of a generator is larger than the one before.
 //! A Redis that loses its data restarts the day's sequence: ids issued
-//! before the loss in the same second can then repeat, so keep a unique
-//! index where ids are stored.
+//! before the loss in the same second can then repeat, and so can ids of a
+//! process whose clock is set back by more than the two days a day's key
+//! lives; and a failover that loses the last `INCR`s before they reached a
+//! replica hands those numbers out again (`INCR` does not wait for replica
+//! acknowledgement). Keep a unique index where ids are stored.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -32,6 +35,10 @@ const SECS_LIMIT: i64 = 1 << 31;
 
 /// How many sequence numbers a day holds.
 const SEQ_LIMIT: i64 = 1 << 32;
+
+/// The largest block: a 4096th of a day's sequence, so a few generators
+/// reserving blocks they never use cannot exhaust a day.
+const MAX_BLOCK: u32 = 1 << 20;
 
 /// The clock a generator reads: seconds since the Unix epoch.
 type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -162,6 +169,12 @@ impl IdGenerator {
         }
         Ok(IdGenerator {
             epoch: secs,
+            // Seconds count from another epoch now: nothing carries over.
+            state: Arc::new(State {
+                last_secs: AtomicI64::new(0),
+                block: std::sync::Mutex::new(Block::default()),
+                refill: Mutex::new(()),
+            }),
             ..self.clone()
         })
     }
@@ -171,19 +184,27 @@ impl IdGenerator {
     /// at the cost of gaps when a generator is dropped with unused ids.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a block of zero.
+    /// [`Error::InvalidArgument`] for a block of zero or above 2^20.
     pub fn with_block(&self, ids: u32) -> Result<IdGenerator> {
-        if ids == 0 {
-            return Err(Error::invalid("the id block size must be at least 1"));
+        if ids == 0 || ids > MAX_BLOCK {
+            return Err(Error::invalid(format!(
+                "the id block size must be between 1 and {MAX_BLOCK}, got {ids}"
+            )));
         }
         Ok(IdGenerator {
             block: ids,
-            state: Arc::new(State {
-                last_secs: AtomicI64::new(self.state.last_secs.load(Ordering::SeqCst)),
-                block: std::sync::Mutex::new(Block::default()),
-                refill: Mutex::new(()),
-            }),
+            state: self.fresh_state(),
             ..self.clone()
+        })
+    }
+
+    /// State for a generator derived from this one: its own block, and the
+    /// latest second carried over only while the epoch stays the same.
+    fn fresh_state(&self) -> Arc<State> {
+        Arc::new(State {
+            last_secs: AtomicI64::new(self.state.last_secs.load(Ordering::SeqCst)),
+            block: std::sync::Mutex::new(Block::default()),
+            refill: Mutex::new(()),
         })
     }
 
@@ -193,6 +214,7 @@ impl IdGenerator {
     pub fn with_clock(&self, clock: impl Fn() -> i64 + Send + Sync + 'static) -> IdGenerator {
         IdGenerator {
             clock: Arc::new(clock),
+            state: self.fresh_state(),
             ..self.clone()
         }
     }

@@ -152,7 +152,7 @@ pub struct FairLockInfo {
 }
 
 /// `fair_info.lua`'s answer: holders, PTTL, fencing counter, queue.
-type FairInfoReply = (Vec<(String, u64)>, i64, Option<u64>, Vec<String>);
+type FairInfoReply = (Vec<(String, String)>, i64, Option<u64>, Vec<String>);
 
 /// Outcome of one acquire attempt.
 enum Attempt {
@@ -270,8 +270,14 @@ impl FairLock {
             .key(&*shared.name)
             .key(&*shared.queue)
             .key(&*shared.token_key);
-        let (holders, ttl, counter, queue): FairInfoReply =
+        let (fields, ttl, counter, queue): FairInfoReply =
             shared.client.invoke(&invocation, &shared.name).await?;
+        // Only owner fields count holds; a hash of another lock kind (a
+        // read-write lock's `mode`) shows its other fields as nothing held.
+        let holders = fields
+            .into_iter()
+            .filter_map(|(owner, count)| Some((owner, count.parse().ok()?)))
+            .collect();
         Ok(FairLockInfo {
             lock: LockInfo {
                 holders,

@@ -134,36 +134,85 @@ impl MultiLock {
         self.acquire(Some(wait)).await
     }
 
+    /// As [`MultiLock::try_lock_for`] (`wait` of `None`: as long as it
+    /// takes), but also gives up when `cancel` completes: the members taken
+    /// so far are then released, and the release awaited, before this
+    /// returns `None`. Use it where a dropped future's background release
+    /// might not get to run (a program about to exit on a signal).
+    ///
+    /// # Errors
+    /// As for [`MultiLock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`MultiLock::lock`].
+    pub async fn acquire_unless(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<Option<MultiGuard>> {
+        let mut cancel = std::pin::pin!(cancel);
+        self.acquire_within(wait, cancel.as_mut()).await
+    }
+
     /// Acquires the members in canonical order; on a member not had in
-    /// time or an error, releases those taken.
+    /// time, an error or `cancel`, releases those taken. A member whose
+    /// (fixed) lease ran out while later members were awaited makes the
+    /// whole set start over, so every member of a returned guard is held.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<MultiGuard>> {
+        let never = std::pin::pin!(std::future::pending::<()>());
+        self.acquire_within(wait, never).await
+    }
+
+    async fn acquire_within(
+        &self,
+        wait: Option<Duration>,
+        mut cancel: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<MultiGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
-        let mut held = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let got = match deadline {
-                None => lock.lock().await.map(Some),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        lock.try_lock().await
-                    } else {
-                        lock.try_lock_for(left).await
+        loop {
+            let mut held = Vec::with_capacity(self.locks.len());
+            for lock in &self.locks {
+                let step = async {
+                    match deadline {
+                        None => lock.lock().await.map(Some),
+                        Some(d) => {
+                            let left = d.saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                lock.try_lock().await
+                            } else {
+                                lock.try_lock_for(left).await
+                            }
+                        }
+                    }
+                };
+                let got = tokio::select! {
+                    biased;
+                    () = cancel.as_mut() => {
+                        give_back(held).await;
+                        return Ok(None);
+                    }
+                    got = step => got,
+                };
+                match got {
+                    Ok(Some(guard)) => held.push(guard),
+                    Ok(None) => {
+                        give_back(held).await;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        give_back(held).await;
+                        return Err(e);
                     }
                 }
-            };
-            match got {
-                Ok(Some(guard)) => held.push(guard),
-                Ok(None) => {
-                    give_back(held).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    give_back(held).await;
-                    return Err(e);
-                }
+            }
+            if !held.iter().any(LockGuard::is_lost) {
+                return Ok(Some(MultiGuard { guards: held }));
+            }
+            give_back(held).await;
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
             }
         }
-        Ok(Some(MultiGuard { guards: held }))
     }
 }
 

@@ -51,6 +51,12 @@ async fn a_paused_holders_write_is_refused_after_the_next_holder_wrote(env: Env)
     );
     b.release().await.unwrap();
 
+    // Tokens are compared as numbers: beyond 2^53 they are refused.
+    assert_eq!(
+        store.write((1 << 53) + 1, b"x").await.unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+
     // A key of another kind: a clear error.
     let list = env.name("a-list");
     let _: () = redis::cmd("RPUSH")
