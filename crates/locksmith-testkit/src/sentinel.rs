@@ -65,6 +65,23 @@ impl SentinelGroup {
     /// When a process fails to start or the group is not ready in time; the
     /// error says what was last seen.
     pub fn start() -> io::Result<SentinelGroup> {
+        // On a loaded machine Sentinels occasionally fail to discover each
+        // other in time (one keeps seeing a single peer); a fresh group
+        // almost always comes up, so setup tries up to three times before
+        // it reports the failure.
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_once() {
+                Ok(group) => return Ok(group),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("sentinel group did not start")))
+    }
+
+    /// One attempt of [`SentinelGroup::start`].
+    fn start_once() -> io::Result<SentinelGroup> {
         let primary = RedisServer::start()?;
         let mut servers = vec![primary];
         for _ in 0..REPLICAS {
