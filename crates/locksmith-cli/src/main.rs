@@ -99,6 +99,24 @@ enum Command {
     ///   locksmith latch shards-loaded wait --timeout 10m
     #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
     Latch(LatchArgs),
+    /// Print a shell completion script to standard output.
+    ///
+    /// Examples:
+    ///   locksmith completions bash > /etc/bash_completion.d/locksmith
+    ///   locksmith completions zsh > "${fpath[1]}/_locksmith"
+    ///   locksmith completions fish > ~/.config/fish/completions/locksmith.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell to write the script for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to standard output.
+    ///
+    /// Example:
+    ///   locksmith man > /usr/local/share/man/man1/locksmith.1
+    #[command(verbatim_doc_comment)]
+    Man,
     /// Print unique, time-ordered 64-bit ids (31 bits of seconds since
     /// 2024-01-01 UTC, 32 bits of a per-day sequence shared by every
     /// client of the prefix).
@@ -296,6 +314,19 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
         Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
         Command::Id(args) => ids::ids(&redis_url(cli.redis), args).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "locksmith", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map_err(|e| CliError::Other(format!("cannot write the manual page: {e}")))?;
+            Ok(0)
+        }
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(cli.redis, args).await,
     }
