@@ -10,7 +10,7 @@ use crate::exit::CliError;
 #[derive(Debug, clap::Args)]
 pub(crate) struct IdArgs {
     /// The generator's prefix: ids of one prefix are unique across every
-    /// client (the day's counter is PREFIX:<day>).
+    /// client (the day's counter is `PREFIX:<day>`).
     #[arg(value_parser = crate::non_empty)]
     prefix: String,
     /// How many ids to print.

@@ -103,7 +103,7 @@ enum Command {
     ///
     /// Examples:
     ///   locksmith completions bash > /etc/bash_completion.d/locksmith
-    ///   locksmith completions zsh > "${fpath[1]}/_locksmith"
+    ///   locksmith completions zsh > ~/.zfunc/_locksmith
     ///   locksmith completions fish > ~/.config/fish/completions/locksmith.fish
     #[command(verbatim_doc_comment)]
     Completions {
