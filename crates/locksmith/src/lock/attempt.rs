@@ -182,6 +182,20 @@ pub(super) fn hash_hold(
     }
 }
 
+/// Records a release's answer in the owner's hold: the holds left (none:
+/// the hold is over, no longer renewed), or (`None`) not held at all (the
+/// hold was lost: forgotten, its lease marked lost).
+pub(super) fn record_release(hold: &mut HoldState, left: Option<u32>) {
+    match left {
+        Some(0) => {
+            hold.count = 0;
+            hold.registration = None;
+        }
+        Some(left) => hold.count = left,
+        None => super::release::forget(hold),
+    }
+}
+
 /// Finishes a release whose reply was lost (every resend timed out): keeps
 /// resending in the background, with the owner's `state` held so no later
 /// call of the owner overtakes it, until Redis answers or `until` passes

@@ -448,10 +448,9 @@ impl FairLock {
     /// the owner's state held throughout.
     async fn undo_grant(&self, mut state: OwnedMutexGuard<HoldState>, count: u32) {
         match self.release_call(count).await {
-            // Released the leftover hold: back to what the state says.
-            Ok(Released::Freed | Released::Held(_)) => {}
-            // It never landed, or it was lost: nothing to undo.
-            Ok(Released::NotHeld) => {}
+            // Released the leftover hold (back to what the state says), or
+            // it never landed or was lost: nothing more to do.
+            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(lock = %self.shared.name, error = %e, "undoing a fair lock grant failed; it runs out with its lease");
                 forget(&mut state);
@@ -487,35 +486,23 @@ impl FairLock {
                         until,
                         move || {
                             let again = again.clone();
-                            async move {
-                                Ok(match again.release_call(expected).await? {
-                                    Released::Freed => Some(0),
-                                    Released::Held(left) => Some(left),
-                                    Released::NotHeld => None,
-                                })
-                            }
+                            async move { again.release_call(expected).await }
                         },
-                        record_release,
+                        attempt::record_release,
                     );
                     return Err(e);
                 }
             };
+            attempt::record_release(&mut state, released);
             match released {
-                Released::Freed => {
-                    state.count = 0;
-                    state.registration = None;
-                    Ok(())
-                }
-                Released::Held(left) => {
-                    state.count = left;
-                    if let Some(reg) = &state.registration {
-                        reg.rearmed(Instant::now(), this.lease());
+                None => Err(this.not_held()),
+                Some(left) => {
+                    if left > 0 {
+                        if let Some(reg) = &state.registration {
+                            reg.rearmed(Instant::now(), this.lease());
+                        }
                     }
                     Ok(())
-                }
-                Released::NotHeld => {
-                    forget(&mut state);
-                    Err(this.not_held())
                 }
             }
         });
@@ -526,7 +513,9 @@ impl FairLock {
     }
 
     /// One release request (resent on a lost reply: it is idempotent).
-    async fn release_call(&self, expected: u32) -> Result<Released> {
+    /// Answers the holds left (0: the lock was freed and the head waiter
+    /// told), or `None` when not held.
+    async fn release_call(&self, expected: u32) -> Result<Option<u32>> {
         let shared = &self.shared;
         let client = &shared.client;
         let mut sends = 0;
@@ -543,19 +532,12 @@ impl FairLock {
                 .arg(&*shared.channel_prefix)
                 .arg(client.notify_mode().code());
             match client.invoke::<(i64, i64)>(&invocation, &shared.name).await {
-                Ok((1, _)) => return Ok(Released::Freed),
-                Ok((2 | 4, left)) => {
-                    let left = u32::try_from(left).unwrap_or(0);
-                    // A resend whose first send freed the lock finds it
-                    // gone: that is a success, not a loss.
-                    return Ok(if left == 0 {
-                        Released::Freed
-                    } else {
-                        Released::Held(left)
-                    });
-                }
-                Ok((_, on_server)) if sends > 1 && on_server == 0 => return Ok(Released::Freed),
-                Ok(_) => return Ok(Released::NotHeld),
+                Ok((1, _)) => return Ok(Some(0)),
+                Ok((2 | 4, left)) => return Ok(Some(u32::try_from(left).unwrap_or(0))),
+                // A resend whose first send freed the lock finds it gone:
+                // that is a success, not a loss.
+                Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
+                Ok(_) => return Ok(None),
                 Err(e) if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
                     tracing::debug!(lock = %shared.name, error = %e, "fair release reply lost; resending");
                 }
@@ -600,29 +582,6 @@ impl FairLock {
             name: self.shared.name.to_string(),
         }
     }
-}
-
-/// Records the outcome of a settled release in the owner's state: holds
-/// left, or (`None`) none held any more.
-fn record_release(state: &mut HoldState, left: Option<u32>) {
-    match left {
-        Some(0) => {
-            state.count = 0;
-            state.registration = None;
-        }
-        Some(left) => state.count = left,
-        None => forget(state),
-    }
-}
-
-/// What a release request found.
-enum Released {
-    /// The lock was freed (the head waiter told).
-    Freed,
-    /// This many holds of the owner remain.
-    Held(u32),
-    /// Not held by this owner.
-    NotHeld,
 }
 
 /// Leaves the fair queue in the background when an acquire future is

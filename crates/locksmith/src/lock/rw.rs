@@ -549,24 +549,18 @@ impl ReadWriteLock {
                 }
             };
             let hold = state.side(side);
+            attempt::record_release(hold, released);
             match released {
-                Some(0) => {
-                    hold.count = 0;
-                    hold.registration = None;
-                    Ok(())
-                }
+                None => Err(this.not_held()),
                 Some(left) => {
-                    hold.count = left;
-                    if side == Side::Write {
+                    // Read holds keep their own keys' leases; a remaining
+                    // write hold was re-armed by the release.
+                    if left > 0 && side == Side::Write {
                         if let Some(reg) = &hold.registration {
                             reg.rearmed(Instant::now(), this.lease());
                         }
                     }
                     Ok(())
-                }
-                None => {
-                    forget(hold);
-                    Err(this.not_held())
                 }
             }
         });
@@ -631,23 +625,12 @@ impl ReadWriteLock {
 
 /// Records the outcome of a settled read release (see `attempt::settle`).
 fn record_read(state: &mut RwState, left: Option<u32>) {
-    record(&mut state.read, left);
+    attempt::record_release(&mut state.read, left);
 }
 
 /// Records the outcome of a settled write release.
 fn record_write(state: &mut RwState, left: Option<u32>) {
-    record(&mut state.write, left);
-}
-
-fn record(hold: &mut HoldState, left: Option<u32>) {
-    match left {
-        Some(0) => {
-            hold.count = 0;
-            hold.registration = None;
-        }
-        Some(left) => hold.count = left,
-        None => forget(hold),
-    }
+    attempt::record_release(&mut state.write, left);
 }
 
 /// Withdraws a preferring writer's claim in the background when its
