@@ -45,7 +45,7 @@ impl CliError {
             CliError::Usage(_) => USAGE,
             CliError::Lock(e) => match e.kind() {
                 ErrorKind::InvalidArgument => USAGE,
-                ErrorKind::Connection | ErrorKind::Timeout => UNAVAILABLE,
+                ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::NoQuorum => UNAVAILABLE,
                 _ => SOFTWARE,
             },
             CliError::Spawn { source, .. } => match source.kind() {

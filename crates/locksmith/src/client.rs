@@ -109,6 +109,16 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// The URL as given.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The options collected so far.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// Default bound on establishing a connection: 5 seconds.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// Default bound on each command: 3 seconds.

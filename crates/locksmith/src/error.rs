@@ -96,6 +96,23 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// Fewer than a majority of a Redlock's nodes answered (down,
+    /// unreachable within the per-node timeout, or answering errors), so
+    /// the lock can be neither granted nor, on release, confirmed.
+    #[error("Redlock {name:?}: {answered} of {nodes} nodes answered, a majority needs {needed} ({errors})")]
+    NoQuorum {
+        /// The lock's name (empty when connecting).
+        name: String,
+        /// Nodes that answered.
+        answered: usize,
+        /// Nodes a majority needs.
+        needed: usize,
+        /// Nodes in the set.
+        nodes: usize,
+        /// What the others reported, `addr: error` separated by `; `.
+        errors: String,
+    },
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -122,6 +139,8 @@ pub enum ErrorKind {
     /// A grant was not acknowledged by enough replicas and was rolled
     /// back; retrying may succeed once the replicas catch up.
     NotReplicated,
+    /// Too few of a Redlock's nodes answered to form a majority.
+    NoQuorum,
     /// Any other error answered by Redis.
     Server,
 }
@@ -141,6 +160,7 @@ impl Error {
             Error::Upgrade { .. } => ErrorKind::Upgrade,
             Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
+            Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()

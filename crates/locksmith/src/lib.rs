@@ -17,6 +17,8 @@
 //!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
 //!   leases.
 //! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
+//! - [`RedlockNodes`] / [`Redlock`] (`redlock.rs`): one lock over N
+//!   independent primaries, held on a majority.
 //! - [`IdGenerator`] (`id.rs`): unique, time-ordered 64-bit ids.
 //! - [`FencedStore`] (`fenced.rs`): a value that refuses stale fencing
 //!   tokens.
@@ -44,6 +46,7 @@ mod latch;
 mod lease;
 mod lock;
 mod notify;
+mod redlock;
 mod renewal;
 mod scripts;
 mod semaphore;
@@ -62,6 +65,7 @@ pub use lock::{
     FairLock, FairLockInfo, Lock, LockGuard, LockInfo, MultiGuard, MultiLock, ReadWriteLock,
     ReadWriteLockInfo, SimpleLock,
 };
+pub use redlock::{Redlock, RedlockGuard, RedlockNodes};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.

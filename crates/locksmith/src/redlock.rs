@@ -1,0 +1,1058 @@
+//! Redlock: one lock over N independent Redis primaries, held while a
+//! majority of them grant it.
+//!
+//! Each node stores the lock exactly as the reentrant [`Lock`](crate::Lock)
+//! does (Redisson's hash layout, a field per owner, the release message on
+//! `redisson_lock__channel:{NAME}`), so the per-node state can be inspected
+//! with `locksmith status` against any one node.
+//!
+//! One acquire round, following the algorithm's description on redis.io:
+//! 1. note the monotonic time, pick a fresh owner id;
+//! 2. send the acquire script to every node at once, each bounded by the
+//!    per-node timeout (much shorter than the lease), so a dead or slow node
+//!    costs at most that timeout, not the lease;
+//! 3. the lock is held when a majority granted it and time is left of the
+//!    *validity*: `lease - elapsed - drift`, `drift = lease * 1% + 2 ms`;
+//! 4. otherwise the round is undone on *every* node (also those that did
+//!    not answer: their grant may have landed), and the next round comes
+//!    after a random back-off (or as soon as a release is announced on any
+//!    node).
+//!
+//! A watchdog-renewed hold is extended on every node every third of the
+//! lease; an extension counts only when a majority confirm it, and the
+//! holder's [`LostSignal`] fires when the validity runs out without one, or
+//! at once when a majority answer that the hold is gone.
+//!
+//! Read docs/safety.md (Redlock and its critique) before choosing this over
+//! a fenced single-primary lock: the algorithm's safety rests on bounded
+//! process pauses, bounded clock drift and nodes that keep their data
+//! across restarts (or stay down for a lease after one).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{Client, ClientBuilder};
+use crate::error::{Error, Result};
+use crate::lease::{drift, LeaseState, LostSignal};
+use crate::notify::{self, Waiter};
+use crate::{keys, scripts, validate};
+
+/// Source of owner ids, unique within this process.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// A node that could not be connected is tried again no sooner than this.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// The independent primaries of a Redlock deployment, with the timing every
+/// lock over them uses. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo() -> locksmith::Result<()> {
+/// use locksmith::RedlockNodes;
+/// let nodes = RedlockNodes::connect([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])
+/// .await?;
+/// let lock = nodes.lock("billing-run")?;
+/// let guard = lock.lock().await?;          // granted by at least 2 of 3
+/// println!("valid for {:?}", guard.remaining_lease());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedlockNodes {
+    inner: Arc<Nodes>,
+}
+
+#[derive(Debug)]
+struct Nodes {
+    /// The nodes, in the order given.
+    nodes: Vec<Arc<Node>>,
+    /// Grants needed: a strict majority.
+    quorum: usize,
+    /// Bound on each node's answer to one request.
+    node_timeout: Duration,
+    /// Mean pause between acquire rounds (randomized by +-50%).
+    retry_delay: Duration,
+    /// Lease of watchdog-renewed holds.
+    lease: Duration,
+    /// Longest lock name accepted.
+    max_name_len: usize,
+    /// Owner prefix: a UUID of this process's Redlock set.
+    id: uuid::Uuid,
+}
+
+/// One primary: connected, or waiting to be connected again.
+#[derive(Debug)]
+struct Node {
+    /// Its address, for messages.
+    addr: String,
+    state: Mutex<NodeState>,
+}
+
+#[derive(Debug)]
+enum NodeState {
+    Up(Client),
+    Down {
+        builder: ClientBuilder,
+        /// Why the last connection attempt failed.
+        error: String,
+        /// No new attempt before this.
+        retry_at: Instant,
+    },
+}
+
+impl RedlockNodes {
+    /// Default per-node timeout: 50 ms (the algorithm asks for one much
+    /// shorter than the lease: a few milliseconds to tens of them).
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default mean pause between acquire rounds: 50 ms, randomized.
+    pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+
+    /// Redlock over already-connected clients, one per independent primary.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a node count that is not an odd
+    /// number of at least 3 (see [`RedlockNodes::connect`]) or the same
+    /// client or address twice.
+    pub fn new(clients: impl IntoIterator<Item = Client>) -> Result<RedlockNodes> {
+        let clients: Vec<Client> = clients.into_iter().collect();
+        check_count(clients.len())?;
+        let lease = clients[0].config().lease;
+        let max_name_len = clients[0].config().max_name_len;
+        let nodes = clients
+            .into_iter()
+            .map(|c| {
+                Arc::new(Node {
+                    addr: c.addr().to_owned(),
+                    state: Mutex::new(NodeState::Up(c)),
+                })
+            })
+            .collect();
+        RedlockNodes::assemble(nodes, lease, max_name_len)
+    }
+
+    /// Connects to the primaries at `urls` (concurrently, default client
+    /// options). Nodes that cannot be reached now are tried again on later
+    /// acquire rounds, so a lock can be had while a minority is down.
+    ///
+    /// The node count must be odd and at least 3. One node is a plain lock
+    /// with extra steps (use [`Client::lock`]); an even count N needs
+    /// N/2 + 1 grants and so survives no more failures than N - 1 nodes
+    /// would (2 nodes survive none), while costing one more round trip.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad node count, a malformed URL or
+    /// the same address twice; [`Error::NoQuorum`] when fewer than a
+    /// majority can be reached now (the lock could not be had anyway).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held before it returns.
+    pub async fn connect<I, S>(urls: I) -> Result<RedlockNodes>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedlockNodes::connect_with(urls.into_iter().map(ClientBuilder::new)).await
+    }
+
+    /// [`RedlockNodes::connect`] with a builder per node (timeouts, lease).
+    /// The first builder's lease is the default lease of the locks.
+    ///
+    /// # Errors
+    /// As for [`RedlockNodes::connect`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RedlockNodes::connect`].
+    pub async fn connect_with(
+        builders: impl IntoIterator<Item = ClientBuilder>,
+    ) -> Result<RedlockNodes> {
+        let builders: Vec<ClientBuilder> = builders.into_iter().collect();
+        check_count(builders.len())?;
+        let addrs = builders
+            .iter()
+            .map(|b| crate::topology::Address::parse(b.url()).map(|a| a.describe()))
+            .collect::<Result<Vec<_>>>()?;
+        check_distinct(addrs.iter().map(String::as_str))?;
+        let lease = builders[0].config().lease;
+        let max_name_len = builders[0].config().max_name_len;
+        let now = Instant::now();
+        let clients = join_all(builders.iter().map(|b| b.clone().build())).await;
+        if let Some(Err(e)) = clients
+            .iter()
+            .find(|c| matches!(c, Err(e) if e.is_invalid_argument()))
+        {
+            return Err(Error::invalid(e.to_string()));
+        }
+        let nodes: Vec<Arc<Node>> = builders
+            .into_iter()
+            .zip(clients)
+            .zip(addrs)
+            .map(|((builder, client), addr)| {
+                Arc::new(match client {
+                    Ok(c) => Node {
+                        addr,
+                        state: Mutex::new(NodeState::Up(c)),
+                    },
+                    Err(e) => Node {
+                        addr,
+                        state: Mutex::new(NodeState::Down {
+                            builder,
+                            error: e.to_string(),
+                            retry_at: now + RECONNECT_PAUSE,
+                        }),
+                    },
+                })
+            })
+            .collect();
+        let set = RedlockNodes::assemble(nodes, lease, max_name_len)?;
+        let errors: Vec<String> = set
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.down_reason().map(|e| format!("{}: {e}", n.addr)))
+            .collect();
+        let up = set.inner.nodes.len() - errors.len();
+        if up < set.inner.quorum {
+            return Err(Error::NoQuorum {
+                name: String::new(),
+                answered: up,
+                needed: set.inner.quorum,
+                nodes: set.inner.nodes.len(),
+                errors: errors.join("; "),
+            });
+        }
+        Ok(set)
+    }
+
+    fn assemble(
+        nodes: Vec<Arc<Node>>,
+        lease: Duration,
+        max_name_len: usize,
+    ) -> Result<RedlockNodes> {
+        check_distinct(nodes.iter().map(|n| n.addr.as_str()))?;
+        let quorum = nodes.len() / 2 + 1;
+        let set = Nodes {
+            nodes,
+            quorum,
+            node_timeout: RedlockNodes::DEFAULT_NODE_TIMEOUT,
+            retry_delay: RedlockNodes::DEFAULT_RETRY_DELAY,
+            lease,
+            max_name_len,
+            id: uuid::Uuid::new_v4(),
+        };
+        check_timing(set.lease, set.node_timeout)?;
+        Ok(RedlockNodes {
+            inner: Arc::new(set),
+        })
+    }
+
+    /// The same nodes with another per-node timeout: the bound on each
+    /// node's answer to an acquire, renewal or release request.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero timeout, or one that leaves
+    /// the default lease no validity (see [`Redlock::with_lease`]).
+    pub fn with_node_timeout(&self, timeout: Duration) -> Result<RedlockNodes> {
+        if timeout.is_zero() {
+            return Err(Error::invalid(
+                "the Redlock per-node timeout must be positive",
+            ));
+        }
+        check_timing(self.inner.lease, timeout)?;
+        Ok(self.rebuilt(|n| n.node_timeout = timeout))
+    }
+
+    /// The same nodes with another mean pause between acquire rounds
+    /// (each pause is drawn at random from 50% to 150% of it, so
+    /// contenders that collided spread out).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero or overlong delay.
+    pub fn with_retry_delay(&self, delay: Duration) -> Result<RedlockNodes> {
+        if delay.is_zero() || delay > crate::client::MAX_PERIOD {
+            return Err(Error::invalid(format!(
+                "the Redlock retry delay must be positive and at most {:?}, got {delay:?}",
+                crate::client::MAX_PERIOD
+            )));
+        }
+        Ok(self.rebuilt(|n| n.retry_delay = delay))
+    }
+
+    fn rebuilt(&self, change: impl FnOnce(&mut Nodes)) -> RedlockNodes {
+        let mut nodes = Nodes {
+            nodes: self.inner.nodes.clone(),
+            quorum: self.inner.quorum,
+            node_timeout: self.inner.node_timeout,
+            retry_delay: self.inner.retry_delay,
+            lease: self.inner.lease,
+            max_name_len: self.inner.max_name_len,
+            id: self.inner.id,
+        };
+        change(&mut nodes);
+        RedlockNodes {
+            inner: Arc::new(nodes),
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// Always false: a Redlock set has at least 3 nodes.
+    pub fn is_empty(&self) -> bool {
+        self.inner.nodes.is_empty()
+    }
+
+    /// Grants needed for a hold: a strict majority of the nodes.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The nodes' addresses, in the order given.
+    pub fn addrs(&self) -> Vec<&str> {
+        self.inner.nodes.iter().map(|n| n.addr.as_str()).collect()
+    }
+
+    /// The per-node timeout.
+    pub fn node_timeout(&self) -> Duration {
+        self.inner.node_timeout
+    }
+
+    /// A handle on the Redlock `name` (a watchdog-renewed lease of the
+    /// first node's default length).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or too long.
+    pub fn lock(&self, name: impl Into<String>) -> Result<Redlock> {
+        let name = name.into();
+        validate::name(&name, self.inner.max_name_len)?;
+        Ok(Redlock {
+            nodes: self.clone(),
+            keys: Arc::new(Keys {
+                token: keys::lock_token(&name),
+                channel: keys::lock_channel(&name),
+                name,
+            }),
+            lease: None,
+        })
+    }
+}
+
+impl Node {
+    /// The client; `Err` while the node is down. A down node whose pause
+    /// is over is reconnected in the background (the round does not wait
+    /// for a whole connection setup: it has only the per-node timeout).
+    fn client(self: &Arc<Self>) -> Result<Client> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *state {
+            NodeState::Up(c) => Ok(c.clone()),
+            NodeState::Down {
+                builder,
+                error,
+                retry_at,
+            } => {
+                let err = Error::Connect {
+                    addr: self.addr.clone(),
+                    source: redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "node down",
+                        error.clone(),
+                    )),
+                };
+                if Instant::now() >= *retry_at {
+                    // One reconnect at a time: the next is not due before
+                    // this one has ended and set a new pause.
+                    *retry_at = Instant::now() + Duration::from_secs(86_400);
+                    let builder = builder.clone();
+                    let node = self.clone();
+                    crate::task::detach(
+                        "reconnecting a Redlock node",
+                        "the node stays down",
+                        async move {
+                            let built = builder.clone().build().await;
+                            let mut state = node.state.lock().unwrap_or_else(|e| e.into_inner());
+                            *state = match built {
+                                Ok(client) => NodeState::Up(client),
+                                Err(e) => NodeState::Down {
+                                    builder,
+                                    error: e.to_string(),
+                                    retry_at: Instant::now() + RECONNECT_PAUSE,
+                                },
+                            };
+                        },
+                    );
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn down_reason(&self) -> Option<String> {
+        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            NodeState::Up(_) => None,
+            NodeState::Down { error, .. } => Some(error.clone()),
+        }
+    }
+
+    /// The connected client, without trying to connect.
+    fn connected(&self) -> Option<Client> {
+        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            NodeState::Up(c) => Some(c.clone()),
+            NodeState::Down { .. } => None,
+        }
+    }
+}
+
+fn check_distinct<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for addr in addrs {
+        if !seen.insert(addr) {
+            return Err(Error::invalid(format!(
+                "Redlock node {addr} is given twice: one server would count twice toward the majority"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_count(n: usize) -> Result<()> {
+    if n < 3 {
+        return Err(Error::invalid(format!(
+            "Redlock needs at least 3 independent primaries, got {n}: with one node it is a plain lock \
+             with extra round trips (use Client::lock), and with two a majority is both, so it survives no failure"
+        )));
+    }
+    if n % 2 == 0 {
+        return Err(Error::invalid(format!(
+            "Redlock needs an odd number of nodes, got {n}: a majority of {n} is {}, which survives {} \
+             failure(s), no more than {} nodes would, for one more round trip per request",
+            n / 2 + 1,
+            n - (n / 2 + 1),
+            n - 1
+        )));
+    }
+    Ok(())
+}
+
+/// A lease must leave validity after the drift allowance and one per-node
+/// timeout (the longest a round can take).
+fn check_timing(lease: Duration, node_timeout: Duration) -> Result<()> {
+    validate::lease(lease)?;
+    let spent = drift(lease) + node_timeout;
+    if lease <= spent {
+        return Err(Error::invalid(format!(
+            "a Redlock lease of {lease:?} leaves no validity: the drift allowance ({:?}, 1% + 2 ms) \
+             plus the per-node timeout ({node_timeout:?}) use it all; use a lease many times the per-node timeout",
+            drift(lease)
+        )));
+    }
+    Ok(())
+}
+
+/// A Redlock handle: a name over a [`RedlockNodes`] set. Cheap to clone.
+///
+/// Not reentrant: every acquisition uses a fresh owner id, so acquiring
+/// again while holding waits for the first hold like any other contender.
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    nodes: RedlockNodes,
+    keys: Arc<Keys>,
+    /// A fixed lease, or `None` for a watchdog-renewed one.
+    lease: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Keys {
+    /// The lock name: the lock hash's key on every node.
+    name: String,
+    /// Fencing counter key (per node).
+    token: String,
+    /// Release channel (per node).
+    channel: String,
+}
+
+/// What one node answered to an acquire request.
+enum NodeGrant {
+    /// Granted, with this node's fencing counter.
+    Granted(u64),
+    /// Held by another owner.
+    Busy,
+}
+
+impl Redlock {
+    /// This handle with a fixed lease (no watchdog renewal): the hold ends
+    /// by itself when the lease runs out on the nodes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 10 ms, beyond what
+    /// Redis accepts, or one the drift allowance (1% + 2 ms) and the
+    /// per-node timeout would use up.
+    pub fn with_lease(&self, lease: Duration) -> Result<Redlock> {
+        check_timing(lease, self.nodes.inner.node_timeout)?;
+        Ok(Redlock {
+            lease: Some(lease),
+            ..self.clone()
+        })
+    }
+
+    /// The lock's name (its key on every node).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease.unwrap_or(self.nodes.inner.lease)
+    }
+
+    /// Waits as long as it takes and acquires the lock on a majority.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when fewer than a majority of nodes answer a
+    /// round (down, unreachable within the per-node timeout, or answering
+    /// errors such as a wrong-type key): it fails at once rather than
+    /// waiting for nodes to come back.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a round cut short is undone on every node in the
+    /// background (a release with the round's own owner id, sent after its
+    /// acquire on the same connection), so nothing stays held but, on a
+    /// node that cannot be reached, a grant until its lease runs out.
+    pub async fn lock(&self) -> Result<RedlockGuard> {
+        loop {
+            if let Some(guard) = self.acquire(None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One round: the lock if a majority grants it now, `None` otherwise.
+    ///
+    /// # Errors
+    /// As for [`Redlock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Redlock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<RedlockGuard>> {
+        self.acquire(Some(Duration::ZERO)).await
+    }
+
+    /// Rounds until the lock is had or `wait` has passed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+    /// as for [`Redlock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Redlock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<RedlockGuard>> {
+        self.acquire(Some(wait)).await
+    }
+
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<RedlockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        let mut waiters: Option<Vec<Waiter>> = None;
+        loop {
+            if let Some(guard) = self.round().await? {
+                return Ok(Some(guard));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            let delay = self.nodes.inner.retry_delay;
+            let mut until = now + jitter(delay);
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            match &waiters {
+                None => {
+                    // Listen for releases on every connected node, then try
+                    // again at once: a release may have come meanwhile.
+                    let registering = self.nodes.inner.nodes.iter().filter_map(|n| n.connected());
+                    let channel = &self.keys.channel;
+                    waiters = Some(
+                        join_all(registering.map(|c| async move {
+                            c.hub()
+                                .register(channel, notify::wake_one, 1, Some(until))
+                                .await
+                        }))
+                        .await,
+                    );
+                }
+                Some(ws) if !ws.is_empty() => {
+                    let any = futures_util::future::select_all(
+                        ws.iter().map(|w| Box::pin(w.wait_until(until))),
+                    );
+                    any.await;
+                }
+                Some(_) => tokio::time::sleep_until(until).await,
+            }
+        }
+    }
+
+    /// One acquire round (see the module docs).
+    async fn round(&self) -> Result<Option<RedlockGuard>> {
+        let inner = &self.nodes.inner;
+        let owner = format!(
+            "{}:{}",
+            inner.id,
+            NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+        );
+        let lease = self.lease();
+        let mut undo = Undo {
+            lock: Some(self.clone()),
+            owner: owner.clone(),
+        };
+        let start = Instant::now();
+        let replies = join_all(inner.nodes.iter().map(|node| {
+            let owner = &owner;
+            async move {
+                match tokio::time::timeout(inner.node_timeout, self.acquire_on(node, owner, lease))
+                    .await
+                {
+                    Ok(reply) => reply,
+                    Err(_) => Err(Error::Timeout(inner.node_timeout)),
+                }
+            }
+        }))
+        .await;
+        let mut tokens = Vec::new();
+        let mut busy = 0;
+        let mut errors = Vec::new();
+        for (node, reply) in inner.nodes.iter().zip(replies) {
+            match reply {
+                Ok(NodeGrant::Granted(token)) => tokens.push(token),
+                Ok(NodeGrant::Busy) => busy += 1,
+                Err(e) => errors.push(format!("{}: {e}", node.addr)),
+            }
+        }
+        let state = Arc::new(LeaseState::new(start, lease));
+        if tokens.len() >= inner.quorum && !state.is_lost() {
+            undo.lock = None;
+            let token = tokens.iter().copied().max().unwrap_or(0);
+            let stop = CancellationToken::new();
+            if self.lease.is_none() {
+                tokio::spawn(renew(
+                    self.clone(),
+                    owner.clone(),
+                    state.clone(),
+                    stop.clone(),
+                ));
+            }
+            return Ok(Some(RedlockGuard {
+                lock: self.clone(),
+                owner: Some(owner),
+                token,
+                granted: tokens.len(),
+                lease: state,
+                stop,
+            }));
+        }
+        // Not enough: undo everywhere (also where no answer came), awaited
+        // so the next round does not race this one's leftovers.
+        undo.lock = None;
+        self.release_everywhere(owner).await;
+        let answered = tokens.len() + busy;
+        if answered < inner.quorum {
+            return Err(Error::NoQuorum {
+                name: self.keys.name.clone(),
+                answered,
+                needed: inner.quorum,
+                nodes: inner.nodes.len(),
+                errors: errors.join("; "),
+            });
+        }
+        Ok(None)
+    }
+
+    async fn acquire_on(
+        &self,
+        node: &Arc<Node>,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<NodeGrant> {
+        let client = node.client()?;
+        let mut invocation = scripts::LOCK_ACQUIRE.prepare_invoke();
+        invocation
+            .key(&self.keys.name)
+            .key(&self.keys.token)
+            .arg(lease.as_millis() as u64)
+            .arg(owner)
+            .arg("0");
+        let replies: Vec<Vec<redis::Value>> = client.invoke(&invocation, &self.keys.name).await?;
+        let reply = replies.into_iter().next().unwrap_or_default();
+        match (reply.first(), reply.get(1)) {
+            (Some(redis::Value::Int(1 | 2)), Some(redis::Value::Int(token))) => {
+                Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0)))
+            }
+            (Some(redis::Value::Int(0)), _) => Ok(NodeGrant::Busy),
+            _ => {
+                let err = script_error(&reply, &self.keys.name);
+                Err(client
+                    .name_wrong_key(
+                        err,
+                        &[(&self.keys.name, "hash"), (&self.keys.token, "string")],
+                    )
+                    .await)
+            }
+        }
+    }
+
+    /// Releases `owner`'s hold on one node: `Ok(true)` freed, `Ok(false)`
+    /// not held there.
+    async fn release_on(&self, node: &Arc<Node>, owner: &str) -> Result<bool> {
+        let client = node.client()?;
+        let mut invocation = scripts::LOCK_RELEASE.prepare_invoke();
+        invocation
+            .key(&self.keys.name)
+            .key(&self.keys.channel)
+            .key(&self.keys.token)
+            .arg(self.lease().as_millis() as u64)
+            .arg(owner)
+            .arg("1")
+            .arg(keys::UNLOCK_MESSAGE)
+            .arg("")
+            .arg("0")
+            .arg("0")
+            .arg(client.notify_mode().code());
+        let replies: Vec<Vec<redis::Value>> = client.invoke(&invocation, &self.keys.name).await?;
+        let reply = replies.into_iter().next().unwrap_or_default();
+        match reply.first() {
+            Some(redis::Value::Int(1)) => Ok(true),
+            Some(redis::Value::Int(0)) => Ok(false),
+            _ => Err(script_error(&reply, &self.keys.name)),
+        }
+    }
+
+    /// Extends `owner`'s hold on one node: `Ok(false)` when it is gone.
+    async fn renew_on(&self, node: &Arc<Node>, owner: &str, lease: Duration) -> Result<bool> {
+        let client = node.client()?;
+        let mut invocation = scripts::RENEW.prepare_invoke();
+        invocation
+            .key(&self.keys.name)
+            .arg("h")
+            .arg(owner)
+            .arg(lease.as_millis() as u64);
+        let replies: Vec<i64> = client.invoke(&invocation, &self.keys.name).await?;
+        Ok(replies.first() == Some(&1))
+    }
+
+    /// Releases `owner` on every node at once, each bounded by the client's
+    /// own command timeout; answers (freed, not held, errors). Runs in its
+    /// own task, so dropping the caller does not stop it.
+    async fn release_everywhere(&self, owner: String) -> Tally {
+        let lock = self.clone();
+        let task = tokio::spawn(async move {
+            let replies = join_all(
+                lock.nodes
+                    .inner
+                    .nodes
+                    .iter()
+                    .map(|node| lock.release_on(node, &owner)),
+            )
+            .await;
+            let mut tally = Tally::default();
+            for (node, reply) in lock.nodes.inner.nodes.iter().zip(replies) {
+                match reply {
+                    Ok(true) => tally.ok += 1,
+                    Ok(false) => tally.gone += 1,
+                    Err(e) => tally.errors.push(format!("{}: {e}", node.addr)),
+                }
+            }
+            tally
+        });
+        task.await.unwrap_or_else(|e| Tally {
+            errors: vec![format!("release task failed: {e}")],
+            ..Tally::default()
+        })
+    }
+}
+
+/// How the nodes answered one request sent to all of them.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Confirmed (released, renewed).
+    ok: usize,
+    /// Answered that the hold is not there.
+    gone: usize,
+    /// Per-node errors, "addr: error".
+    errors: Vec<String>,
+}
+
+/// The error in a script reply that was neither a grant nor busy.
+fn script_error(reply: &[redis::Value], key: &str) -> Error {
+    let message = match reply.get(1) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        other => format!("unexpected script reply {other:?}"),
+    };
+    if message.contains("WRONGTYPE") {
+        Error::WrongType {
+            key: key.to_owned(),
+        }
+    } else {
+        Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Extension,
+            "Redlock script failed",
+            message,
+        )))
+    }
+}
+
+/// A random pause of 50% to 150% of `delay`.
+fn jitter(delay: Duration) -> Duration {
+    let ms = delay.as_millis().max(2) as u64;
+    Duration::from_millis(rand::random_range(ms / 2..=ms + ms / 2))
+}
+
+/// Undoes a round whose future was dropped before it finished.
+struct Undo {
+    /// `Some` while armed.
+    lock: Option<Redlock>,
+    owner: String,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            let owner = std::mem::take(&mut self.owner);
+            crate::task::detach(
+                "undoing a cancelled Redlock round",
+                "grants that landed stay until their lease runs out",
+                async move {
+                    lock.release_everywhere(owner).await;
+                },
+            );
+        }
+    }
+}
+
+/// The watchdog of one hold: extends it on every node every third of the
+/// lease; counts an extension only when a majority confirm it.
+async fn renew(lock: Redlock, owner: String, state: Arc<LeaseState>, stop: CancellationToken) {
+    let nodes = lock.nodes.inner.clone();
+    let inner = &*nodes;
+    let lease = lock.lease();
+    let period = lease / 3;
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = state.signal().wait() => break,
+            () = tokio::time::sleep_until(next) => {}
+        }
+        let start = Instant::now();
+        let replies = join_all(inner.nodes.iter().map(|node| {
+            let owner = &owner;
+            let lock = &lock;
+            async move {
+                tokio::time::timeout(inner.node_timeout, lock.renew_on(node, owner, lease)).await
+            }
+        }))
+        .await;
+        let mut tally = Tally::default();
+        for (node, reply) in inner.nodes.iter().zip(replies) {
+            match reply {
+                Ok(Ok(true)) => tally.ok += 1,
+                Ok(Ok(false)) => tally.gone += 1,
+                Ok(Err(e)) => tally.errors.push(format!("{}: {e}", node.addr)),
+                Err(_) => tally
+                    .errors
+                    .push(format!("{}: no answer in time", node.addr)),
+            }
+        }
+        if stop.is_cancelled() {
+            return;
+        }
+        if tally.ok >= inner.quorum {
+            state.armed(start, lease);
+            next = start + period;
+            continue;
+        }
+        if tally.gone > inner.nodes.len() - inner.quorum {
+            tracing::warn!(
+                lock = %lock.keys.name,
+                renewed = tally.ok,
+                gone = tally.gone,
+                "Redlock lease lost: a majority of nodes no longer hold it"
+            );
+            state.mark_lost();
+            return;
+        }
+        tracing::debug!(
+            lock = %lock.keys.name,
+            renewed = tally.ok,
+            errors = %tally.errors.join("; "),
+            "Redlock renewal without a majority; retrying"
+        );
+        // Try again soon; the lease's own deadline fires the lost signal
+        // if no majority confirms in time.
+        next = Instant::now() + (period / 4).max(Duration::from_millis(5));
+    }
+    tracing::warn!(
+        lock = %lock.keys.name,
+        "Redlock lease lost: no majority renewed it before its validity ran out"
+    );
+}
+
+/// A Redlock held on a majority of nodes. Release it with
+/// [`RedlockGuard::release`]; dropping it releases in the background.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct RedlockGuard {
+    lock: Redlock,
+    /// The hold's owner id; `None` once released.
+    owner: Option<String>,
+    /// The largest fencing counter among the granting nodes.
+    token: u64,
+    /// Nodes that granted the hold.
+    granted: usize,
+    /// The validity, shared with the watchdog.
+    lease: Arc<LeaseState>,
+    /// Stops the watchdog.
+    stop: CancellationToken,
+}
+
+impl RedlockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// The largest of the granting nodes' fencing counters.
+    ///
+    /// Unlike a single-primary lock's token this is *not* strictly
+    /// increasing across grants in all cases: two majorities share a node,
+    /// but the largest counter of a later majority can be smaller than
+    /// the largest of an earlier one (each node counts only the grants it
+    /// saw), and a node restarted without persistence counts from zero.
+    /// Within the algorithm's assumptions a later grant's token is larger
+    /// than an earlier grant's token *on the node they share*; see
+    /// docs/safety.md before relying on it for fencing.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// How many nodes granted the hold (at least a majority).
+    pub fn granted_nodes(&self) -> usize {
+        self.granted
+    }
+
+    /// The validity left (monotonic clock, conservative: measured from
+    /// when the granting or last majority-confirmed renewal round started,
+    /// minus the drift allowance). Zero once lost.
+    pub fn remaining_lease(&self) -> Duration {
+        self.lease.remaining()
+    }
+
+    /// True once the validity has run out or a majority answered that the
+    /// hold is gone.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// A signal that fires when the hold is lost (see
+    /// [`RedlockGuard::is_lost`]); it fires on its own timer at the end of
+    /// the validity, before any node's lease can run out.
+    pub fn lost(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// Releases the hold on every node.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the validity had run out before the release
+    /// or a majority no longer held it (whatever it protected may have
+    /// been touched by another holder); [`Error::NoQuorum`] when fewer than
+    /// a majority could be reached to confirm (what they hold ends with the
+    /// lease).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the release runs in its own task and finishes if the
+    /// future is dropped.
+    pub async fn release(mut self) -> Result<()> {
+        self.stop.cancel();
+        let Some(owner) = self.owner.take() else {
+            return Ok(());
+        };
+        let lost_before = self.lease.is_lost();
+        self.lease.mark_lost();
+        let tally = self.lock.release_everywhere(owner).await;
+        let inner = &self.lock.nodes.inner;
+        if lost_before || tally.gone > inner.nodes.len() - inner.quorum {
+            return Err(Error::NotHeld {
+                name: self.lock.keys.name.clone(),
+            });
+        }
+        if tally.ok + tally.gone < inner.quorum {
+            return Err(Error::NoQuorum {
+                name: self.lock.keys.name.clone(),
+                answered: tally.ok + tally.gone,
+                needed: inner.quorum,
+                nodes: inner.nodes.len(),
+                errors: tally.errors.join("; "),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(owner) = self.owner.take() {
+            let lock = self.lock.clone();
+            crate::task::detach(
+                "Redlock guard dropped",
+                "the lock stays until its lease runs out",
+                async move {
+                    lock.release_everywhere(owner).await;
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_counts() {
+        for n in [0, 1, 2, 4, 6] {
+            let err = check_count(n).unwrap_err();
+            assert!(err.is_invalid_argument(), "{n}: {err}");
+        }
+        for n in [3, 5, 7] {
+            check_count(n).unwrap();
+        }
+        assert!(check_count(4).unwrap_err().to_string().contains("odd"));
+    }
+
+    #[test]
+    fn timing() {
+        check_timing(Duration::from_secs(30), Duration::from_millis(50)).unwrap();
+        // 60 ms lease: drift 2.6 ms + 50 ms timeout leaves 7.4 ms.
+        check_timing(Duration::from_millis(60), Duration::from_millis(50)).unwrap();
+        let err = check_timing(Duration::from_millis(50), Duration::from_millis(50)).unwrap_err();
+        assert!(err.to_string().contains("drift"), "{err}");
+        assert!(check_timing(Duration::from_millis(5), Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..1000 {
+            let d = jitter(Duration::from_millis(50));
+            assert!(d >= Duration::from_millis(25) && d <= Duration::from_millis(75));
+        }
+    }
+}
