@@ -431,7 +431,7 @@ fn check_count(n: usize) -> Result<()> {
              with extra round trips (use Client::lock), and with two a majority is both, so it survives no failure"
         )));
     }
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         return Err(Error::invalid(format!(
             "Redlock needs an odd number of nodes, got {n}: a majority of {n} is {}, which survives {} \
              failure(s), no more than {} nodes would, for one more round trip per request",
