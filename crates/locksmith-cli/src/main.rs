@@ -75,6 +75,7 @@ enum Command {
     ///   locksmith run --lock nightly-report -- ./report.sh
     ///   locksmith run --lock deploy --wait 0 -- ./deploy.sh
     ///   locksmith run --lock account:17 --lock account:42 -- ./transfer.sh
+    ///   locksmith run --lock billing --redlock redis://a:6379,redis://b:6379,redis://c:6379 -- ./bill.sh
     ///   locksmith run --fair-lock payouts -- ./pay.sh
     ///   locksmith run --read-lock catalog -- ./export.sh
     ///   locksmith run --semaphore encoders --permits 4 -- ffmpeg ...
@@ -146,6 +147,15 @@ struct RunArgs {
     /// and tokens comma-separated, in that order.
     #[arg(long = "lock", value_name = "NAME", value_parser = non_empty)]
     lock: Vec<String>,
+
+    /// Take the --lock with Redlock over these independent primaries
+    /// (comma-separated URLs, an odd number of at least 3) instead of
+    /// --redis: held while a majority grants it. Read the Redlock section
+    /// of docs/safety.md first.
+    #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',', num_args = 1..,
+          requires = "lock",
+          conflicts_with_all = ["fair_lock", "read_lock", "write_lock", "semaphore"])]
+    redlock: Vec<String>,
 
     /// Instead, a fair lock: waiters from every host are served in arrival
     /// order (Redisson's RFairLock layout).

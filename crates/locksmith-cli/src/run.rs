@@ -17,7 +17,9 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use locksmith::{Client, ErrorKind, LockGuard, MultiGuard, Permit};
+use locksmith::{
+    Client, ClientBuilder, ErrorKind, LockGuard, MultiGuard, Permit, RedlockGuard, RedlockNodes,
+};
 
 use crate::exit::{self, CliError};
 use crate::{OnLost, RunArgs};
@@ -35,7 +37,27 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             "with several --lock, names may not contain ',' (CMD gets them comma-separated)".into(),
         ));
     }
-    let client = builder.build().await?;
+    if !args.redlock.is_empty() && args.lock.len() > 1 {
+        return Err(CliError::Usage(
+            "--redlock takes one --lock (a MultiLock over Redlock is not supported)".into(),
+        ));
+    }
+    // With --redlock the nodes are the deployment; --redis is not used.
+    let target = if args.redlock.is_empty() {
+        Target::Client(builder.build().await?)
+    } else {
+        let lease = args.lease.filter(|_| !args.no_renew);
+        Target::Redlock(
+            RedlockNodes::connect_with(args.redlock.iter().map(|url| {
+                let b = ClientBuilder::new(url.trim());
+                match lease {
+                    Some(lease) => b.lease(lease),
+                    None => b,
+                }
+            }))
+            .await?,
+        )
+    };
     let fixed = match (args.lease, args.no_renew) {
         (Some(lease), true) => Some(lease),
         _ => None,
@@ -52,18 +74,29 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     // exiting runtime may never run.
     let stop = std::sync::Arc::new(tokio::sync::Notify::new());
     let stoppable = matches!(object(&args), Object::Multi(_));
-    let (what, acquire) = match object(&args) {
-        Object::Semaphore(name) => (
+    let (what, acquire) = match (object(&args), &target) {
+        (Object::Lock(LockKind::Plain, name), Target::Redlock(nodes)) => (
+            format!(
+                "Redlock {name:?} ({} of {} nodes)",
+                nodes.quorum(),
+                nodes.len()
+            ),
+            acquire_redlock(nodes, name, fixed, args.wait),
+        ),
+        (_, Target::Redlock(_)) => {
+            return Err(CliError::Usage("--redlock takes one --lock".into()));
+        }
+        (Object::Semaphore(name), Target::Client(client)) => (
             format!("semaphore {name:?}"),
-            acquire_permit(&client, name, args.permits.unwrap_or(1), fixed, args.wait),
+            acquire_permit(client, name, args.permits.unwrap_or(1), fixed, args.wait),
         ),
-        Object::Lock(kind, name) => (
+        (Object::Lock(kind, name), Target::Client(client)) => (
             format!("{} {name:?}", kind.noun()),
-            acquire_lock(&client, kind, name, fixed, args.wait),
+            acquire_lock(client, kind, name, fixed, args.wait),
         ),
-        Object::Multi(names) => (
+        (Object::Multi(names), Target::Client(client)) => (
             format!("locks {}", names.join(", ")),
-            acquire_multi(&client, names, fixed, args.wait, stop.clone()),
+            acquire_multi(client, names, fixed, args.wait, stop.clone()),
         ),
     };
     let mut acquire = acquire;
@@ -201,8 +234,18 @@ fn object(args: &RunArgs) -> Object<'_> {
     Object::Semaphore(args.semaphore.as_deref().unwrap_or_default())
 }
 
+/// Where the lock lives.
+enum Target {
+    /// One deployment (--redis).
+    Client(Client),
+    /// Independent primaries (--redlock).
+    Redlock(RedlockNodes),
+}
+
 /// What `run` holds while the command runs.
 enum Held {
+    /// A Redlock held on a majority.
+    Redlock(RedlockGuard),
     /// A lock guard.
     Lock(LockGuard),
     /// A semaphore permit.
@@ -219,6 +262,7 @@ impl Held {
             Held::Lock(guard) => Box::pin(guard.lost().wait()),
             Held::Permit(permit) => Box::pin(permit.lost().wait()),
             Held::Multi(guard) => Box::pin(guard.lost()),
+            Held::Redlock(guard) => Box::pin(guard.lost().wait()),
         }
     }
 
@@ -226,6 +270,10 @@ impl Held {
     fn env(&self) -> Vec<(&'static str, String)> {
         match self {
             Held::Lock(guard) => vec![
+                ("LOCKSMITH_LOCK_NAME", guard.name().to_owned()),
+                ("LOCKSMITH_FENCING_TOKEN", guard.fencing_token().to_string()),
+            ],
+            Held::Redlock(guard) => vec![
                 ("LOCKSMITH_LOCK_NAME", guard.name().to_owned()),
                 ("LOCKSMITH_FENCING_TOKEN", guard.fencing_token().to_string()),
             ],
@@ -250,6 +298,7 @@ impl Held {
             Held::Lock(guard) => guard.release().await,
             Held::Permit(permit) => permit.release().await,
             Held::Multi(guard) => guard.release().await,
+            Held::Redlock(guard) => guard.release().await,
         }
     }
 }
@@ -307,6 +356,27 @@ fn acquire_lock<'a>(
             }
         }?;
         Ok(guard.map(Held::Lock))
+    })
+}
+
+/// Waits for Redlock `name` over `nodes` as `wait` says.
+fn acquire_redlock<'a>(
+    nodes: &'a RedlockNodes,
+    name: &'a str,
+    fixed: Option<Duration>,
+    wait: Option<Duration>,
+) -> Acquire<'a> {
+    Box::pin(async move {
+        let mut lock = nodes.lock(name)?;
+        if let Some(lease) = fixed {
+            lock = lock.with_lease(lease)?;
+        }
+        let guard = match wait {
+            None => lock.lock().await.map(Some),
+            Some(wait) if wait.is_zero() => lock.try_lock().await,
+            Some(wait) => lock.try_lock_for(wait).await,
+        }?;
+        Ok(guard.map(Held::Redlock))
     })
 }
 
