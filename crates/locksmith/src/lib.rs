@@ -62,8 +62,8 @@ pub use id::IdGenerator;
 pub use latch::CountDownLatch;
 pub use lease::LostSignal;
 pub use lock::{
-    FairLock, FairLockInfo, Lock, LockGuard, LockInfo, MultiGuard, MultiLock, ReadWriteLock,
-    ReadWriteLockInfo, SimpleLock,
+    FairLock, FairLockInfo, Lock, LockGuard, LockInfo, Member, MultiGuard, MultiLock,
+    ReadWriteLock, ReadWriteLockInfo, SimpleLock,
 };
 pub use redlock::{Redlock, RedlockGuard, RedlockNodes};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};

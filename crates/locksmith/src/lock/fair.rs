@@ -163,6 +163,11 @@ enum Attempt {
 }
 
 impl FairLock {
+    /// The client the lock lives in (for MultiLock's ordering and routing).
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
     /// The same owner with a fixed lease (not renewed by the watchdog).
     ///
     /// # Errors

@@ -33,7 +33,7 @@ use crate::{keys, scripts, validate};
 pub use fair::{FairLock, FairLockInfo};
 pub use guard::LockGuard;
 use handoff::Handoffs;
-pub use multi::{MultiGuard, MultiLock};
+pub use multi::{Member, MultiGuard, MultiLock};
 pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 
@@ -201,6 +201,11 @@ impl Client {
 }
 
 impl Lock {
+    /// The client the lock lives in (for MultiLock's ordering and routing).
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
     /// The same owner with a fixed lease: acquisitions through the returned
     /// handle expire after `lease` unless released, and the watchdog does
     /// not renew them (as in Redisson when a lease time is given).

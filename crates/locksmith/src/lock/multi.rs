@@ -1,12 +1,22 @@
-//! MultiLock: several reentrant locks taken all or nothing, held and
-//! released together under one guard.
+//! MultiLock: several locks (of any kind, on any nodes) taken all or
+//! nothing, held and released together under one guard.
 //!
-//! Members are acquired one after another in one canonical order (by
-//! name) that every MultiLock of every client uses, so
-//! two MultiLocks over overlapping names never wait for each other in a
-//! cycle. If a member cannot be had in time, or an error occurs, every
-//! member already taken is released before the call returns. Each member
-//! keeps its own lease, watchdog renewal and fencing token.
+//! Two ways to acquire:
+//! - **One script call**, when every member is a reentrant [`Lock`] of one
+//!   client whose keys live on one node (one server, a Sentinel primary,
+//!   or one cluster slot, e.g. names sharing a `{hash tag}`): a single
+//!   atomic script checks every member and grants all or none (followed
+//!   by `WAIT` when the client asks for replica acknowledgements).
+//! - **In canonical order** otherwise: members are acquired one after
+//!   another in one order (by name, then node address) that every
+//!   MultiLock of every client uses, so two MultiLocks over overlapping
+//!   members never wait for each other in a cycle. If a member cannot be
+//!   had in time, or an error occurs, every member already taken is
+//!   released before the call returns.
+//!
+//! Either way each member keeps its own lease, watchdog renewal and
+//! fencing token, and the guard's lost signal fires when any member is
+//! lost.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,10 +25,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Lock, LockGuard};
+use super::release::Rollback;
+use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock, ATTEMPTS};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::validate;
+use crate::{scripts, validate};
 
 /// Several reentrant locks taken all or nothing (see the module docs).
 ///
@@ -35,7 +46,108 @@ use crate::validate;
 #[derive(Debug, Clone)]
 pub struct MultiLock {
     /// The members, in canonical order; each a handle with its own owner.
-    locks: Vec<Lock>,
+    members: Vec<Member>,
+    /// All members are reentrant locks on one node: one script call.
+    together: bool,
+}
+
+/// One member of a [`MultiLock`]: a lock of any kind, from any client.
+///
+/// ```no_run
+/// # async fn demo(a: locksmith::Client, b: locksmith::Client) -> locksmith::Result<()> {
+/// use locksmith::{Member, MultiLock};
+/// let both = MultiLock::new([
+///     Member::from(a.lock("ledger")?),
+///     Member::Write(b.read_write_lock("catalog")?),
+/// ])?;
+/// let guard = both.lock().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Member {
+    /// A reentrant lock.
+    Lock(Lock),
+    /// A fair lock.
+    Fair(FairLock),
+    /// The read side of a read-write lock.
+    Read(ReadWriteLock),
+    /// The write side of a read-write lock.
+    Write(ReadWriteLock),
+    /// A simple (`SET NX PX`) lock.
+    Simple(SimpleLock),
+}
+
+impl From<Lock> for Member {
+    fn from(lock: Lock) -> Self {
+        Member::Lock(lock)
+    }
+}
+
+impl From<FairLock> for Member {
+    fn from(lock: FairLock) -> Self {
+        Member::Fair(lock)
+    }
+}
+
+impl From<SimpleLock> for Member {
+    fn from(lock: SimpleLock) -> Self {
+        Member::Simple(lock)
+    }
+}
+
+impl Member {
+    /// The member's lock name.
+    pub fn name(&self) -> &str {
+        match self {
+            Member::Lock(l) => l.name(),
+            Member::Fair(l) => l.name(),
+            Member::Read(l) | Member::Write(l) => l.name(),
+            Member::Simple(l) => l.name(),
+        }
+    }
+
+    fn client(&self) -> &Client {
+        match self {
+            Member::Lock(l) => l.client(),
+            Member::Fair(l) => l.client(),
+            Member::Read(l) | Member::Write(l) => l.client(),
+            Member::Simple(l) => l.client(),
+        }
+    }
+
+    fn with_lease(&self, lease: Duration) -> Result<Member> {
+        Ok(match self {
+            Member::Lock(l) => Member::Lock(l.with_lease(lease)?),
+            Member::Fair(l) => Member::Fair(l.with_lease(lease)?),
+            Member::Read(l) => Member::Read(l.with_lease(lease)?),
+            Member::Write(l) => Member::Write(l.with_lease(lease)?),
+            Member::Simple(l) => Member::Simple(l.with_lease(lease)?),
+        })
+    }
+
+    /// Waits for the member as `deadline` says (`None`: as long as it
+    /// takes; passed: one try).
+    async fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+        let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        macro_rules! take {
+            ($lock:expr, $forever:ident, $once:ident, $bounded:ident) => {
+                match wait {
+                    None => $lock.$forever().await.map(Some),
+                    Some(w) if w.is_zero() => $lock.$once().await,
+                    Some(w) => $lock.$bounded(w).await,
+                }
+            };
+        }
+        match self {
+            Member::Lock(l) => take!(l, lock, try_lock, try_lock_for),
+            Member::Fair(l) => take!(l, lock, try_lock, try_lock_for),
+            Member::Read(l) => take!(l, read, try_read, try_read_for),
+            Member::Write(l) => take!(l, write, try_write, try_write_for),
+            Member::Simple(l) => take!(l, lock, try_lock, try_lock_for),
+        }
+    }
 }
 
 impl Client {
@@ -50,27 +162,50 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let mut names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
         if names.is_empty() {
             return Err(Error::invalid("a MultiLock needs at least one lock name"));
         }
-        // The canonical order every MultiLock uses: by name.
-        names.sort();
-        if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Error::invalid(format!(
-                "lock name {:?} is given twice to one MultiLock",
-                pair[0]
-            )));
-        }
-        let locks = names
+        let members = names
             .into_iter()
-            .map(|name| self.lock(name))
+            .map(|name| self.lock(name).map(Member::Lock))
             .collect::<Result<Vec<_>>>()?;
-        Ok(MultiLock { locks })
+        MultiLock::new(members)
     }
 }
 
 impl MultiLock {
+    /// A MultiLock over `members`, of any kinds and clients.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no members, or the same lock (name on
+    /// one node) twice.
+    pub fn new(members: impl IntoIterator<Item = Member>) -> Result<MultiLock> {
+        let mut members: Vec<Member> = members.into_iter().collect();
+        if members.is_empty() {
+            return Err(Error::invalid("a MultiLock needs at least one lock"));
+        }
+        // The canonical order every MultiLock uses: by name, then node.
+        members.sort_by(|a, b| (a.name(), a.client().addr()).cmp(&(b.name(), b.client().addr())));
+        if let Some(pair) = members
+            .windows(2)
+            .find(|w| (w[0].name(), w[0].client().addr()) == (w[1].name(), w[1].client().addr()))
+        {
+            return Err(Error::invalid(format!(
+                "lock {:?} is given twice to one MultiLock",
+                pair[0].name()
+            )));
+        }
+        let first = members[0].client();
+        let group = first.conn().group_of(members[0].name());
+        let together = members.iter().all(|m| {
+            matches!(m, Member::Lock(_))
+                && m.client().id() == first.id()
+                && first.conn().group_of(m.name()) == group
+        });
+        Ok(MultiLock { members, together })
+    }
+
     /// The same members with a fixed lease each (not renewed).
     ///
     /// # Errors
@@ -78,17 +213,25 @@ impl MultiLock {
     /// Redis accepts.
     pub fn with_lease(&self, lease: Duration) -> Result<MultiLock> {
         Ok(MultiLock {
-            locks: self
-                .locks
+            members: self
+                .members
                 .iter()
-                .map(|l| l.with_lease(lease))
+                .map(|m| m.with_lease(lease))
                 .collect::<Result<_>>()?,
+            together: self.together,
         })
     }
 
     /// The member names, in the canonical order they are acquired.
     pub fn names(&self) -> Vec<&str> {
-        self.locks.iter().map(Lock::name).collect()
+        self.members.iter().map(Member::name).collect()
+    }
+
+    /// True when the members are acquired by one atomic script call
+    /// (every member a reentrant lock of one client on one node or slot),
+    /// false when one after another in canonical order.
+    pub fn is_atomic(&self) -> bool {
+        self.together
     }
 
     /// Waits as long as it takes and acquires every member.
@@ -169,29 +312,19 @@ impl MultiLock {
         mut cancel: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<MultiGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
+        if self.together {
+            return self.acquire_together(deadline, cancel).await;
+        }
         loop {
-            let mut held = Vec::with_capacity(self.locks.len());
-            for lock in &self.locks {
-                let step = async {
-                    match deadline {
-                        None => lock.lock().await.map(Some),
-                        Some(d) => {
-                            let left = d.saturating_duration_since(Instant::now());
-                            if left.is_zero() {
-                                lock.try_lock().await
-                            } else {
-                                lock.try_lock_for(left).await
-                            }
-                        }
-                    }
-                };
+            let mut held = Vec::with_capacity(self.members.len());
+            for member in &self.members {
                 let got = tokio::select! {
                     biased;
                     () = cancel.as_mut() => {
                         give_back(held).await;
                         return Ok(None);
                     }
-                    got = step => got,
+                    got = member.acquire(deadline) => got,
                 };
                 match got {
                     Ok(Some(guard)) => held.push(guard),
@@ -212,6 +345,212 @@ impl MultiLock {
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);
             }
+        }
+    }
+
+    /// The one-script path: attempt; when busy, wait for a release message
+    /// on any member's channel (or the longest busy lease) and try again.
+    /// `cancel` ends the wait between attempts (an attempt in flight is
+    /// finished first, so a grant it gets is released before returning).
+    async fn acquire_together(
+        &self,
+        deadline: Option<Instant>,
+        mut cancel: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<MultiGuard>> {
+        let locks: Vec<Lock> = self
+            .members
+            .iter()
+            .filter_map(|m| match m {
+                Member::Lock(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        let client = locks[0].client().clone();
+        let mut waiters = Vec::new();
+        loop {
+            // In its own task: if this future is dropped mid-call, the
+            // task still records the outcome, and guards nobody takes are
+            // dropped, which releases them.
+            let busy = match tokio::spawn(attempt_together(locks.clone())).await {
+                Ok(Ok(Together::Granted(guards))) => {
+                    let cancelled =
+                        std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready()))
+                            .await;
+                    if cancelled {
+                        give_back(guards).await;
+                        return Ok(None);
+                    }
+                    return Ok(Some(MultiGuard { guards }));
+                }
+                Ok(Ok(Together::Busy(pttl))) => pttl,
+                Ok(Err(e)) => return Err(e),
+                Err(e) => {
+                    return Err(Error::invalid(format!(
+                        "MultiLock acquire task failed: {e}"
+                    )))
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            let mut until = now + busy;
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            if waiters.is_empty() {
+                // Listen on every member's channel, then look again: a
+                // release may have come before we listened.
+                for lock in &locks {
+                    waiters.push(
+                        client
+                            .hub()
+                            .register(&lock.shared.channel, crate::notify::wake_one, 1, deadline)
+                            .await,
+                    );
+                }
+                continue;
+            }
+            let any = futures_util::future::select_all(
+                waiters.iter().map(|w| Box::pin(w.wait_until(until))),
+            );
+            tokio::select! {
+                biased;
+                () = cancel.as_mut() => return Ok(None),
+                _ = any => {}
+            }
+        }
+    }
+}
+
+/// What one all-members script call found.
+enum Together {
+    Granted(Vec<LockGuard>),
+    /// Some member is held by another owner for up to this long.
+    Busy(Duration),
+}
+
+/// One call of the all-or-nothing script for reentrant `locks` (one
+/// client, one node), resent on a lost reply (the script recognizes a
+/// resend), and followed by `WAIT` when the client wants replica
+/// acknowledgements (a grant too few replicas saw is undone, as for a
+/// single lock). Each owner's state is held for the call, as [`Lock`]'s
+/// own acquire does.
+async fn attempt_together(locks: Vec<Lock>) -> Result<Together> {
+    let client = locks[0].client().clone();
+    client.ensure_background();
+    let lease = locks[0].lease();
+    let mut states = Vec::with_capacity(locks.len());
+    for lock in &locks {
+        states.push(lock.shared.state.clone().lock_owned().await);
+    }
+    let script = &*scripts::MULTI_ACQUIRE;
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(2 * locks.len());
+    for lock in &locks {
+        cmd.arg(&*lock.shared.name).arg(&*lock.shared.token_key);
+    }
+    cmd.arg(lease.as_millis() as u64);
+    for (lock, state) in locks.iter().zip(&states) {
+        cmd.arg(&*lock.shared.owner).arg(state.count);
+    }
+    // Followed by WAIT when the client wants replica acknowledgements.
+    let acks = client.acks();
+    let call = || async {
+        let mut conn = client.conn();
+        let mut reply = acks.query(&cmd, &mut conn).await;
+        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            reply = match script.load_async(&mut conn).await {
+                Ok(_) => acks.query(&cmd, &mut conn).await,
+                Err(e) => Err(e),
+            };
+        }
+        reply.map_err(|e| client.map_err(e, Some(locks[0].name())))
+    };
+    let first_sent = Instant::now();
+    let mut attempt = 0;
+    let (reply, sent_at) = loop {
+        attempt += 1;
+        let sent_at = Instant::now();
+        match call().await {
+            Ok((reply, acked)) => {
+                let granted = matches!(reply.first(), Some(redis::Value::Int(1 | 2)));
+                if granted && acks.short(acked) {
+                    // Too few replicas saw the grant: undo it.
+                    metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+                    for (lock, state) in locks.iter().zip(states) {
+                        let expected_after = state.count + 1;
+                        drop(Rollback {
+                            shared: lock.shared.clone(),
+                            state: Some(state),
+                            expected_after,
+                            lease,
+                            after: None,
+                            until: first_sent + lease,
+                        });
+                    }
+                    return Err(Error::NotReplicated {
+                        name: locks[0].name().to_owned(),
+                        acked: acked.unwrap_or(0),
+                        wanted: acks.min,
+                    });
+                }
+                break (reply, sent_at);
+            }
+            Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {}
+            Err(e) => {
+                // The grant may have landed: undo it per member, after
+                // which each owner's count is the server's again.
+                for (lock, state) in locks.iter().zip(states) {
+                    let expected_after = state.count + 1;
+                    drop(Rollback {
+                        shared: lock.shared.clone(),
+                        state: Some(state),
+                        expected_after,
+                        lease,
+                        after: None,
+                        until: first_sent + lease,
+                    });
+                }
+                return Err(e);
+            }
+        }
+    };
+    let int = |i: usize| match reply.get(i) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    };
+    match int(0) {
+        status @ (1 | 2) => {
+            // 2: an earlier send granted; the lease runs from the first.
+            let armed_at = if status == 1 { sent_at } else { first_sent };
+            let mut guards = Vec::with_capacity(locks.len());
+            for (i, (lock, mut state)) in locks.iter().zip(states).enumerate() {
+                let token = int(2 * i + 1);
+                let count = u32::try_from(int(2 * i + 2)).unwrap_or(0);
+                guards.push(lock.grant(&mut state, token, count, armed_at)?);
+            }
+            Ok(Together::Granted(guards))
+        }
+        0 => Ok(Together::Busy(match u64::try_from(int(1)) {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => Duration::from_millis(100),
+        })),
+        -2 => {
+            let key = match reply.get(1) {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => locks[0].name().to_owned(),
+            };
+            Err(Error::WrongType { key })
+        }
+        _ => {
+            for mut state in states {
+                super::release::forget(&mut state);
+            }
+            Err(Error::NotHeld {
+                name: locks[0].name().to_owned(),
+            })
         }
     }
 }

@@ -189,6 +189,11 @@ pub struct ReadWriteLockInfo {
 type RwInfoReply = (Vec<(String, String)>, i64, Option<u64>, u64);
 
 impl ReadWriteLock {
+    /// The client the lock lives in (for MultiLock's ordering and routing).
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
     /// The same owner with a fixed lease (not renewed by the watchdog).
     ///
     /// # Errors

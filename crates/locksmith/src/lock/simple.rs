@@ -73,6 +73,11 @@ impl Client {
 }
 
 impl SimpleLock {
+    /// The client the lock lives in (for MultiLock's ordering and routing).
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
     /// This handle with a fixed lease (no watchdog renewal).
     ///
     /// # Errors

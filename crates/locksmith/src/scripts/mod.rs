@@ -71,3 +71,4 @@ script!(RW_ACQUIRE, rw "rw_acquire.lua");
 script!(RW_RELEASE, rw "rw_release.lua");
 script!(RW_INFO, "rw_info.lua");
 script!(FENCED_WRITE, "fenced_write.lua");
+script!(MULTI_ACQUIRE, "multi_acquire.lua");

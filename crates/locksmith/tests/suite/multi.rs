@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use locksmith::ErrorKind;
+use locksmith::{ErrorKind, Member, MultiLock};
 
 use crate::common::{eventually, Env};
 
@@ -11,6 +11,8 @@ crate::on_every_topology!(
     opposite_orders_never_deadlock,
     a_busy_member_leaves_nothing_held,
     bad_input_is_refused,
+    one_slot_is_one_script_call,
+    members_of_every_kind,
 );
 
 async fn opposite_orders_never_deadlock(env: Env) {
@@ -122,4 +124,142 @@ async fn bad_input_is_refused(env: Env) {
         client.multi_lock(["a", ""]).unwrap_err().kind(),
         ErrorKind::InvalidArgument
     );
+}
+
+async fn one_slot_is_one_script_call(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    // A shared hash tag: one slot on a cluster.
+    let tag = env.name("transfer");
+    let names: Vec<String> = (0..4).map(|i| format!("{{{tag}}}:account:{i}")).collect();
+    let multi = client.multi_lock(names.clone()).unwrap();
+    assert!(multi.is_atomic(), "one client, one slot");
+    // Warm up (script load), then count the script calls one acquisition
+    // costs on the node that owns the slot.
+    multi
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = env.evalsha_calls(&names[0]);
+    let guard = multi.try_lock().await.unwrap().expect("free");
+    let calls = env.evalsha_calls(&names[0]) - before;
+    if env.topo == crate::common::Topo::Single {
+        assert_eq!(calls, 1, "four locks, one script call");
+    } else {
+        assert!(calls >= 1);
+    }
+    assert_eq!(env.existing(&names).len(), 4, "all four held");
+    let tokens = guard.fencing_tokens();
+    assert_eq!(tokens.len(), 4);
+    assert!(tokens.iter().all(|(_, t)| *t >= 2), "{tokens:?}");
+
+    // Another owner: all or nothing, atomically. One member held
+    // elsewhere makes the whole set busy and takes nothing.
+    let other = client.multi_lock(names.clone()).unwrap();
+    assert!(other.try_lock().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(env.existing(&names).is_empty());
+    let single = client.lock(names[2].clone()).unwrap().lock().await.unwrap();
+    assert!(other
+        .try_lock_for(Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        env.existing(&names),
+        vec![names[2].clone()],
+        "nothing else taken"
+    );
+    // A waiter is woken by the busy member's release.
+    let waiting = tokio::spawn(async move { other.try_lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    single.release().await.unwrap();
+    let got = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted after the release");
+    // Reentrant through the same handles: counts go to 2 and back.
+    got.release().await.unwrap();
+    assert!(env.existing(&names).is_empty());
+
+    // Wrong-type key among the members: a clear error naming it, nothing
+    // taken.
+    let _: () = redis::cmd("SET")
+        .arg(&names[3])
+        .arg("x")
+        .query(&mut env.node_for(&names[3]))
+        .unwrap();
+    let err = multi.try_lock().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert!(err.to_string().contains(&names[3]), "{err}");
+    assert_eq!(env.existing(&names), vec![names[3].clone()]);
+
+    // Spread over slots (a cluster) the set is taken in canonical order.
+    let spread: Vec<String> = ["a", "b", "c"].iter().map(|n| env.name(n)).collect();
+    let multi = client.multi_lock(spread).unwrap();
+    assert_eq!(
+        multi.is_atomic(),
+        env.topo != crate::common::Topo::Cluster,
+        "one node unless the names spread over cluster slots"
+    );
+}
+
+async fn members_of_every_kind(env: Env) {
+    let a = env.client(Duration::from_secs(30)).await;
+    let b = env.client(Duration::from_secs(30)).await;
+    let names: Vec<String> = ["plain", "fair", "rw", "simple"]
+        .iter()
+        .map(|n| env.name(n))
+        .collect();
+    let members = || -> Vec<Member> {
+        vec![
+            Member::from(a.lock(names[0].clone()).unwrap()),
+            Member::from(b.fair_lock(names[1].clone()).unwrap()),
+            Member::Write(a.read_write_lock(names[2].clone()).unwrap()),
+            Member::from(b.simple_lock(names[3].clone()).unwrap()),
+        ]
+    };
+    let multi = MultiLock::new(members()).unwrap();
+    assert!(!multi.is_atomic());
+    let guard = multi.lock().await.unwrap();
+    assert_eq!(guard.guards().len(), 4);
+    // A reader of the read-write lock cannot get in while the set holds it.
+    let reader = b.read_write_lock(names[2].clone()).unwrap();
+    assert!(reader.try_read().await.unwrap().is_none());
+    // A second set over the same locks waits, then gets all of them.
+    let second = MultiLock::new(members()).unwrap();
+    assert!(second.try_lock().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let again = second
+        .try_lock_for(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("all free again");
+    again.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.existing(&names).is_empty()
+        })
+        .await
+    );
+    // The read side shares with other readers.
+    let shared = MultiLock::new([Member::Read(a.read_write_lock(names[2].clone()).unwrap())])
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let other_reader = reader.try_read().await.unwrap().expect("readers share");
+    other_reader.release().await.unwrap();
+    shared.release().await.unwrap();
+    // The same lock twice (name on one node) is refused.
+    let err = MultiLock::new([
+        Member::from(a.lock(names[0].clone()).unwrap()),
+        Member::from(a.fair_lock(names[0].clone()).unwrap()),
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
 }
