@@ -36,6 +36,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::{Arg, Batcher, Call, Tracked, Tracker};
 use crate::client::{Client, ClientBuilder};
 use crate::error::{Error, Result};
 use crate::lease::{drift, LeaseState, LostSignal};
@@ -338,9 +339,9 @@ impl RedlockNodes {
         Ok(Redlock {
             nodes: self.clone(),
             keys: Arc::new(Keys {
-                token: keys::lock_token(&name),
-                channel: keys::lock_channel(&name),
-                name,
+                token: keys::lock_token(&name).into(),
+                channel: keys::lock_channel(&name).into(),
+                name: name.into(),
             }),
             lease: None,
         })
@@ -473,11 +474,30 @@ pub struct Redlock {
 #[derive(Debug)]
 struct Keys {
     /// The lock name: the lock hash's key on every node.
-    name: String,
+    name: Arc<str>,
     /// Fencing counter key (per node).
-    token: String,
+    token: Arc<str>,
     /// Release channel (per node).
-    channel: String,
+    channel: Arc<str>,
+}
+
+/// A node client's batchers for Redlock requests: concurrent rounds of
+/// many tasks share script calls per node, as the lock's own do.
+#[derive(Debug)]
+struct RedlockRoom {
+    acquire: Batcher,
+    release: Batcher,
+    renew: Batcher,
+}
+
+impl RedlockRoom {
+    fn new(client: &Client) -> Self {
+        RedlockRoom {
+            acquire: client.batcher(&scripts::LOCK_ACQUIRE),
+            release: client.batcher(&scripts::LOCK_RELEASE),
+            renew: client.batcher(&scripts::RENEW),
+        }
+    }
 }
 
 /// What one node answered to an acquire request.
@@ -602,23 +622,26 @@ impl Redlock {
     /// One acquire round (see the module docs).
     async fn round(&self) -> Result<Option<RedlockGuard>> {
         let inner = &self.nodes.inner;
-        let owner = format!(
+        let owner: Arc<str> = format!(
             "{}:{}",
             inner.id,
             NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
-        );
+        )
+        .into();
         let lease = self.lease();
+        let (trackers, tracked): (Vec<Tracker>, Vec<Tracked>) =
+            inner.nodes.iter().map(|_| crate::batch::tracker()).unzip();
         let mut undo = Undo {
             lock: Some(self.clone()),
             owner: owner.clone(),
+            after: tracked,
         };
         let start = Instant::now();
-        let replies = join_all(inner.nodes.iter().map(|node| {
+        let replies = join_all(inner.nodes.iter().zip(trackers).map(|(node, tracker)| {
             let owner = &owner;
             async move {
-                match tokio::time::timeout(inner.node_timeout, self.acquire_on(node, owner, lease))
-                    .await
-                {
+                let acquire = self.acquire_on(node, owner, lease, tracker);
+                match tokio::time::timeout(inner.node_timeout, acquire).await {
                     Ok(reply) => reply,
                     Err(_) => Err(Error::Timeout(inner.node_timeout)),
                 }
@@ -660,11 +683,12 @@ impl Redlock {
         // Not enough: undo everywhere (also where no answer came), awaited
         // so the next round does not race this one's leftovers.
         undo.lock = None;
-        self.release_everywhere(owner).await;
+        self.release_everywhere(owner, std::mem::take(&mut undo.after))
+            .await;
         let answered = tokens.len() + busy;
         if answered < inner.quorum {
             return Err(Error::NoQuorum {
-                name: self.keys.name.clone(),
+                name: self.keys.name.to_string(),
                 answered,
                 needed: inner.quorum,
                 nodes: inner.nodes.len(),
@@ -677,31 +701,34 @@ impl Redlock {
     async fn acquire_on(
         &self,
         node: &Arc<Node>,
-        owner: &str,
+        owner: &Arc<str>,
         lease: Duration,
+        tracker: Tracker,
     ) -> Result<NodeGrant> {
         let client = node.client()?;
-        let mut invocation = scripts::LOCK_ACQUIRE.prepare_invoke();
-        invocation
-            .key(&self.keys.name)
-            .key(&self.keys.token)
-            .arg(lease.as_millis() as u64)
-            .arg(owner)
-            .arg("0");
-        let replies: Vec<Vec<redis::Value>> = client.invoke(&invocation, &self.keys.name).await?;
-        let reply = replies.into_iter().next().unwrap_or_default();
-        match (reply.first(), reply.get(1)) {
-            (Some(redis::Value::Int(1 | 2)), Some(redis::Value::Int(token))) => {
-                Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0)))
-            }
-            (Some(redis::Value::Int(0)), _) => Ok(NodeGrant::Busy),
-            _ => {
-                let err = script_error(&reply, &self.keys.name);
+        let call = Call::new(
+            2,
+            [
+                Arg::Text(self.keys.name.clone()),
+                Arg::Text(self.keys.token.clone()),
+                Arg::Int(lease.as_millis() as u64),
+                Arg::Text(owner.clone()),
+                Arg::Static("0"),
+            ],
+        );
+        let room = client.room(RedlockRoom::new);
+        match room.acquire.call::<Vec<i64>>(call, Some(tracker)).await {
+            Ok((reply, _)) => match reply.as_slice() {
+                [1 | 2, token, ..] => Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0))),
+                [0, ..] => Ok(NodeGrant::Busy),
+                other => Err(Error::invalid(format!(
+                    "unexpected acquire reply {other:?}"
+                ))),
+            },
+            Err(e) => {
+                let err = client.map_err(e, Some(&self.keys.name));
                 Err(client
-                    .name_wrong_key(
-                        err,
-                        &[(&self.keys.name, "hash"), (&self.keys.token, "string")],
-                    )
+                    .name_wrong_key(err, &[(&self.keys.token, "string")])
                     .await)
             }
         }
@@ -709,49 +736,60 @@ impl Redlock {
 
     /// Releases `owner`'s hold on one node: `Ok(true)` freed, `Ok(false)`
     /// not held there.
-    async fn release_on(&self, node: &Arc<Node>, owner: &str) -> Result<bool> {
+    async fn release_on(&self, node: &Arc<Node>, owner: &Arc<str>) -> Result<bool> {
         let client = node.client()?;
-        let mut invocation = scripts::LOCK_RELEASE.prepare_invoke();
-        invocation
-            .key(&self.keys.name)
-            .key(&self.keys.channel)
-            .key(&self.keys.token)
-            .arg(self.lease().as_millis() as u64)
-            .arg(owner)
-            .arg("1")
-            .arg(keys::UNLOCK_MESSAGE)
-            .arg("")
-            .arg("0")
-            .arg("0")
-            .arg(client.notify_mode().code());
-        let replies: Vec<Vec<redis::Value>> = client.invoke(&invocation, &self.keys.name).await?;
-        let reply = replies.into_iter().next().unwrap_or_default();
-        match reply.first() {
-            Some(redis::Value::Int(1)) => Ok(true),
-            Some(redis::Value::Int(0)) => Ok(false),
-            _ => Err(script_error(&reply, &self.keys.name)),
+        let call = Call::new(
+            3,
+            [
+                Arg::Text(self.keys.name.clone()),
+                Arg::Text(self.keys.channel.clone()),
+                Arg::Text(self.keys.token.clone()),
+                Arg::Int(self.lease().as_millis() as u64),
+                Arg::Text(owner.clone()),
+                Arg::Static("1"),
+                Arg::Static(keys::UNLOCK_MESSAGE),
+                Arg::Static(""),
+                Arg::Static("0"),
+                Arg::Static("0"),
+                Arg::Static(client.notify_mode().code()),
+            ],
+        );
+        let room = client.room(RedlockRoom::new);
+        match room.release.call::<Vec<i64>>(call, None).await {
+            Ok((reply, _)) => Ok(reply.first() == Some(&1)),
+            Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
         }
     }
 
     /// Extends `owner`'s hold on one node: `Ok(false)` when it is gone.
-    async fn renew_on(&self, node: &Arc<Node>, owner: &str, lease: Duration) -> Result<bool> {
+    async fn renew_on(&self, node: &Arc<Node>, owner: &Arc<str>, lease: Duration) -> Result<bool> {
         let client = node.client()?;
-        let mut invocation = scripts::RENEW.prepare_invoke();
-        invocation
-            .key(&self.keys.name)
-            .arg("h")
-            .arg(owner)
-            .arg(lease.as_millis() as u64);
-        let replies: Vec<i64> = client.invoke(&invocation, &self.keys.name).await?;
-        Ok(replies.first() == Some(&1))
+        let call = Call::new(
+            1,
+            [
+                Arg::Text(self.keys.name.clone()),
+                Arg::Static("h"),
+                Arg::Text(owner.clone()),
+                Arg::Int(lease.as_millis() as u64),
+            ],
+        );
+        let room = client.room(RedlockRoom::new);
+        match room.renew.call::<i64>(call, None).await {
+            Ok((renewed, _)) => Ok(renewed == 1),
+            Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
+        }
     }
 
     /// Releases `owner` on every node at once, each bounded by the client's
-    /// own command timeout; answers (freed, not held, errors). Runs in its
-    /// own task, so dropping the caller does not stop it.
-    async fn release_everywhere(&self, owner: String) -> Tally {
+    /// own command timeout, once the requests in `after` (the acquires of
+    /// the round being undone) can no longer overtake it; answers (freed,
+    /// not held, errors). Runs in its own task, so dropping the caller
+    /// does not stop it.
+    async fn release_everywhere(&self, owner: Arc<str>, after: Vec<Tracked>) -> Tally {
         let lock = self.clone();
         let task = tokio::spawn(async move {
+            // Never ahead of the acquires being undone.
+            join_all(after.into_iter().map(Tracked::settled)).await;
             let replies = join_all(
                 lock.nodes
                     .inner
@@ -788,26 +826,6 @@ struct Tally {
     errors: Vec<String>,
 }
 
-/// The error in a script reply that was neither a grant nor busy.
-fn script_error(reply: &[redis::Value], key: &str) -> Error {
-    let message = match reply.get(1) {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(redis::Value::SimpleString(s)) => s.clone(),
-        other => format!("unexpected script reply {other:?}"),
-    };
-    if message.contains("WRONGTYPE") {
-        Error::WrongType {
-            key: key.to_owned(),
-        }
-    } else {
-        Error::Redis(redis::RedisError::from((
-            redis::ErrorKind::Extension,
-            "Redlock script failed",
-            message,
-        )))
-    }
-}
-
 /// A random pause of 50% to 150% of `delay`.
 fn jitter(delay: Duration) -> Duration {
     let ms = delay.as_millis().max(2) as u64;
@@ -818,18 +836,21 @@ fn jitter(delay: Duration) -> Duration {
 struct Undo {
     /// `Some` while armed.
     lock: Option<Redlock>,
-    owner: String,
+    owner: Arc<str>,
+    /// The round's acquire requests; the undo waits until they settled.
+    after: Vec<Tracked>,
 }
 
 impl Drop for Undo {
     fn drop(&mut self) {
         if let Some(lock) = self.lock.take() {
-            let owner = std::mem::take(&mut self.owner);
+            let owner = self.owner.clone();
+            let after = std::mem::take(&mut self.after);
             crate::task::detach(
                 "undoing a cancelled Redlock round",
                 "grants that landed stay until their lease runs out",
                 async move {
-                    lock.release_everywhere(owner).await;
+                    lock.release_everywhere(owner, after).await;
                 },
             );
         }
@@ -838,7 +859,7 @@ impl Drop for Undo {
 
 /// The watchdog of one hold: extends it on every node every third of the
 /// lease; counts an extension only when a majority confirm it.
-async fn renew(lock: Redlock, owner: String, state: Arc<LeaseState>, stop: CancellationToken) {
+async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: CancellationToken) {
     let nodes = lock.nodes.inner.clone();
     let inner = &*nodes;
     let lease = lock.lease();
@@ -911,7 +932,7 @@ async fn renew(lock: Redlock, owner: String, state: Arc<LeaseState>, stop: Cance
 pub struct RedlockGuard {
     lock: Redlock,
     /// The hold's owner id; `None` once released.
-    owner: Option<String>,
+    owner: Option<Arc<str>>,
     /// The largest fencing counter among the granting nodes.
     token: u64,
     /// Nodes that granted the hold.
@@ -986,16 +1007,16 @@ impl RedlockGuard {
         };
         let lost_before = self.lease.is_lost();
         self.lease.mark_lost();
-        let tally = self.lock.release_everywhere(owner).await;
+        let tally = self.lock.release_everywhere(owner, Vec::new()).await;
         let inner = &self.lock.nodes.inner;
         if lost_before || tally.gone > inner.nodes.len() - inner.quorum {
             return Err(Error::NotHeld {
-                name: self.lock.keys.name.clone(),
+                name: self.lock.keys.name.to_string(),
             });
         }
         if tally.ok + tally.gone < inner.quorum {
             return Err(Error::NoQuorum {
-                name: self.lock.keys.name.clone(),
+                name: self.lock.keys.name.to_string(),
                 answered: tally.ok + tally.gone,
                 needed: inner.quorum,
                 nodes: inner.nodes.len(),
@@ -1015,7 +1036,7 @@ impl Drop for RedlockGuard {
                 "Redlock guard dropped",
                 "the lock stays until its lease runs out",
                 async move {
-                    lock.release_everywhere(owner).await;
+                    lock.release_everywhere(owner, Vec::new()).await;
                 },
             );
         }

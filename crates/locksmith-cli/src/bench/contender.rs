@@ -17,7 +17,17 @@ pub(crate) enum Contender {
     /// rslock with its defaults (single server, 3 tries, 0..200 ms random
     /// back-off, looping in `acquire`).
     Rslock(rslock::LockManager),
+    /// rslock over several servers (its Redlock).
+    RslockRedlock(rslock::LockManager),
+    /// locksmith's Redlock over several servers.
+    Redlock(locksmith::RedlockNodes),
+    /// A locksmith MultiLock of [`MULTI_MEMBERS`] locks per handle; `true`:
+    /// their names share a hash tag (one slot), `false`: spread.
+    Multi(locksmith::Client, bool),
 }
+
+/// Locks per MultiLock in the benchmark.
+pub(crate) const MULTI_MEMBERS: usize = 4;
 
 impl std::fmt::Debug for Contender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -32,6 +42,10 @@ impl Contender {
             Contender::Locksmith(_) => "locksmith",
             Contender::LocksmithFair(_) => "locksmith fair",
             Contender::Rslock(_) => "rslock",
+            Contender::RslockRedlock(_) => "rslock redlock",
+            Contender::Redlock(_) => "locksmith redlock",
+            Contender::Multi(_, true) => "multilock same slot",
+            Contender::Multi(_, false) => "multilock spread",
         }
     }
 
@@ -45,7 +59,22 @@ impl Contender {
             Contender::LocksmithFair(client) => {
                 Handle::Fair(client.fair_lock(key).map_err(|e| e.to_string())?)
             }
-            Contender::Rslock(manager) => Handle::Rslock(manager.clone(), key.to_owned()),
+            Contender::Rslock(manager) | Contender::RslockRedlock(manager) => {
+                Handle::Rslock(manager.clone(), key.to_owned())
+            }
+            Contender::Redlock(nodes) => {
+                Handle::Redlock(nodes.lock(key).map_err(|e| e.to_string())?)
+            }
+            Contender::Multi(client, same_slot) => {
+                let names = (0..MULTI_MEMBERS).map(|i| {
+                    if *same_slot {
+                        format!("{{{key}}}:{i}")
+                    } else {
+                        format!("{key}:{i}")
+                    }
+                });
+                Handle::Multi(client.multi_lock(names).map_err(|e| e.to_string())?)
+            }
         })
     }
 }
@@ -58,6 +87,10 @@ pub(crate) enum Handle {
     Fair(locksmith::FairLock),
     /// rslock has no handle type; the manager and the key stand in for it.
     Rslock(rslock::LockManager, String),
+    /// A locksmith Redlock handle.
+    Redlock(locksmith::Redlock),
+    /// A locksmith MultiLock.
+    Multi(locksmith::MultiLock),
 }
 
 /// A held lock of either library.
@@ -66,6 +99,10 @@ pub(crate) enum Held {
     Locksmith(locksmith::LockGuard),
     /// An rslock grant.
     Rslock(rslock::Lock),
+    /// A locksmith Redlock guard.
+    Redlock(locksmith::RedlockGuard),
+    /// A locksmith MultiLock guard.
+    Multi(locksmith::MultiGuard),
 }
 
 impl Handle {
@@ -87,6 +124,16 @@ impl Handle {
                 .await
                 .map(Held::Rslock)
                 .map_err(|e| e.to_string()),
+            Handle::Redlock(lock) => lock
+                .lock()
+                .await
+                .map(Held::Redlock)
+                .map_err(|e| e.to_string()),
+            Handle::Multi(lock) => lock
+                .lock()
+                .await
+                .map(Held::Multi)
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -100,6 +147,12 @@ impl Handle {
                 // rslock's unlock is best effort and reports nothing.
                 manager.unlock(&lock).await;
                 Ok(())
+            }
+            (Handle::Redlock(_), Held::Redlock(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
+            }
+            (Handle::Multi(_), Held::Multi(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
             }
             _ => Err("released through the wrong library".into()),
         }

@@ -26,6 +26,7 @@
 mod contender;
 mod family;
 mod ids;
+mod scaleout;
 mod stats;
 mod topologies;
 
@@ -109,6 +110,16 @@ pub(crate) struct BenchArgs {
     /// INCR per id, blocks of 1000) against a bare INCR loop.
     #[arg(long, conflicts_with_all = ["topologies", "family"])]
     ids: bool,
+    /// Instead of the lock phases, Redlock on 5 servers started here
+    /// (locksmith and rslock's Redlock, uncontended and hand-off) beside
+    /// locksmith's lock on one of them. Not with --redis.
+    #[arg(long, conflicts_with_all = ["topologies", "family", "ids"])]
+    redlock: bool,
+    /// Instead of the lock phases, MultiLock of 4 locks beside a single
+    /// lock, on one server and on a 3-primary cluster (names in one slot
+    /// vs spread over slots), all started here. Not with --redis.
+    #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock"])]
+    multi: bool,
 }
 
 /// What one throughput phase measured.
@@ -155,6 +166,19 @@ pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u
             .await
             .map(|()| 0)
             .map_err(CliError::Other);
+    }
+    if args.redlock || args.multi {
+        if redis_flag.is_some() {
+            return Err(CliError::Usage(
+                "--redlock and --multi start their own servers; leave out --redis".into(),
+            ));
+        }
+        let run = if args.redlock {
+            scaleout::run_redlock(args).await
+        } else {
+            scaleout::run_multi(args).await
+        };
+        return run.map(|()| 0).map_err(CliError::Other);
     }
     let (_server, url, own) = match redis_flag {
         Some(url) => (None, url, false),

@@ -206,7 +206,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
 }
 
 /// A [`Bench`] on `url`, reading command counts from the nodes at `stats`.
-async fn bench_on(
+pub(super) async fn bench_on(
     url: &str,
     stats: &[String],
     acks: Option<u32>,
