@@ -564,17 +564,11 @@ async fn give_back(guards: Vec<LockGuard>) {
     }
 }
 
-/// Releases `guards` in reverse order; answers the first error.
+/// Releases `guards` all at once (members on one node or slot then share
+/// a script call); answers the first member's error, in canonical order.
 async fn release_all(guards: Vec<LockGuard>) -> Result<()> {
-    let mut first = Ok(());
-    for guard in guards.into_iter().rev() {
-        if let Err(e) = guard.release().await {
-            if first.is_ok() {
-                first = Err(e);
-            }
-        }
-    }
-    first
+    let results = futures_util::future::join_all(guards.into_iter().map(LockGuard::release)).await;
+    results.into_iter().collect()
 }
 
 /// Every member of a [`MultiLock`], held. Dropping it releases them all
@@ -625,8 +619,8 @@ impl MultiGuard {
         })
     }
 
-    /// Releases every member (in reverse order); all are released even if
-    /// one fails.
+    /// Releases every member (all at once: members on one node or slot
+    /// share a script call); all are released even if one fails.
     ///
     /// # Errors
     /// The first member's error ([`Error::NotHeld`] for a member whose
