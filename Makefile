@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench bench-topologies bench-family doc
+.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi doc
 
 setup:
 	./scripts/setup
@@ -37,3 +37,11 @@ bench-topologies: setup
 # starts itself.
 bench-family: setup
 	$(CARGO) run --release -p locksmith-cli -- bench --family
+
+# Redlock on 5 servers (locksmith and rslock) beside the 1-server lock.
+bench-redlock: setup
+	$(CARGO) run --release -p locksmith-cli -- bench --redlock
+
+# MultiLock of 4 locks on a single server and a cluster (one slot vs spread).
+bench-multi: setup
+	$(CARGO) run --release -p locksmith-cli -- bench --multi
