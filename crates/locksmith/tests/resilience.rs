@@ -51,7 +51,10 @@ type AcquireReq<'a> = (&'a str, &'a str, u32);
 
 /// Runs the acquire script with the given requests in one call.
 fn acquire_batch(c: &mut redis::Connection, reqs: &[AcquireReq]) -> Vec<redis::Value> {
-    let script = Script::new(include_str!("../src/scripts/lock_acquire.lua"));
+    let script = Script::new(concat!(
+        include_str!("../src/scripts/token.lua"),
+        include_str!("../src/scripts/lock_acquire.lua")
+    ));
     let mut inv = script.prepare_invoke();
     for (name, _, _) in reqs {
         inv.key(*name)
@@ -74,6 +77,7 @@ fn release_one(
     if_alone: bool,
 ) -> (i64, i64) {
     let script = Script::new(concat!(
+        include_str!("../src/scripts/token.lua"),
         include_str!("../src/scripts/announce.lua"),
         include_str!("../src/scripts/lock_release.lua")
     ));
@@ -111,18 +115,24 @@ fn resent_acquire_and_release_do_not_double_count() {
     let server = RedisServer::start().unwrap();
     let mut c = conn(&server);
     let owner = "00000000-0000-4000-8000-000000000000:1";
+    // An existing counter continues (a new one starts from the clock).
+    let _: () = redis::cmd("SET")
+        .arg("redisson_lock_token:{idem}")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
     let count = |c: &mut redis::Connection| -> Option<i64> {
         redis::cmd("HGET").arg("idem").arg(owner).query(c).unwrap()
     };
 
     // First grant, then its resend: one hold, one fencing token; the
     // resend says the grant (and its lease) came from an earlier send.
-    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1, 1));
-    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (2, 1, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1001, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (2, 1001, 1));
     assert_eq!(count(&mut c), Some(1));
     // Reentrant grant and its resend: two holds.
-    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1, 2));
-    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (2, 1, 2));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (1, 1001, 2));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 1), (2, 1001, 2));
     assert_eq!(count(&mut c), Some(2));
     // Release from 2 and its resend: one hold left; the resend changes
     // nothing (not even the lease) and says so.
@@ -137,7 +147,7 @@ fn resent_acquire_and_release_do_not_double_count() {
     // A count the server does not agree with is reported, not papered over.
     assert_eq!(acquire_one(&mut c, "idem", owner, 3).0, -1);
     // The next grant from free has a larger token.
-    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 2, 1));
+    assert_eq!(acquire_one(&mut c, "idem", owner, 0), (1, 1002, 1));
 }
 
 #[test]
@@ -146,19 +156,24 @@ fn handoff_release_is_idempotent_and_issues_a_new_token() {
     let mut c = conn(&server);
     let a = "00000000-0000-4000-8000-000000000000:1";
     let b = "00000000-0000-4000-8000-000000000000:2";
-    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 1, 1));
+    let _: () = redis::cmd("SET")
+        .arg("redisson_lock_token:{ho}")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 1001, 1));
     // Final release with a successor: b holds once, with the next token.
-    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 2));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 1002));
     let holders: Vec<(String, i64)> = redis::cmd("HGETALL").arg("ho").query(&mut c).unwrap();
     assert_eq!(holders, vec![(b.to_owned(), 1)]);
     let ttl: i64 = redis::cmd("PTTL").arg("ho").query(&mut c).unwrap();
     assert!(ttl > 9_000, "successor's lease set, got {ttl}");
     // The resend recognizes the landed hand-off instead of reporting "not
     // held", and changes nothing.
-    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 2));
-    assert_eq!(acquire_one(&mut c, "ho", b, 0), (2, 2, 1));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, false), (3, 1002));
+    assert_eq!(acquire_one(&mut c, "ho", b, 0), (2, 1002, 1));
     // A release with holds left never hands off.
-    assert_eq!(acquire_one(&mut c, "ho", b, 1), (1, 2, 2));
+    assert_eq!(acquire_one(&mut c, "ho", b, 1), (1, 1002, 2));
     assert_eq!(release_one(&mut c, "ho", b, 2, a, false), (2, 1));
     // A non-owner's release hands nothing to anyone.
     assert_eq!(release_one(&mut c, "ho", a, 1, a, false), (0, 0));
@@ -169,8 +184,8 @@ fn handoff_release_is_idempotent_and_issues_a_new_token() {
     let mut listener = server.connection().unwrap();
     let mut first = listener.as_pubsub();
     first.subscribe("redisson_lock__channel:{ho}").unwrap();
-    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 3, 1));
-    assert_eq!(release_one(&mut c, "ho", a, 1, b, true), (3, 4));
+    assert_eq!(acquire_one(&mut c, "ho", a, 0), (1, 1003, 1));
+    assert_eq!(release_one(&mut c, "ho", a, 1, b, true), (3, 1004));
     // ... but a second listener (another client waiting) gets a real
     // release and its message.
     let mut other = server.connection().unwrap();
@@ -195,13 +210,16 @@ fn one_bad_request_in_a_batch_does_not_fail_the_others() {
         &[("one", owner, 0), ("str", owner, 0), ("two", owner, 0)],
     );
     assert_eq!(replies.len(), 3);
+    // New counters start from the server's clock in microseconds.
     let first: (i64, i64, i64) = redis::from_redis_value(replies[0].clone()).unwrap();
-    assert_eq!(first, (1, 1, 1));
+    assert_eq!((first.0, first.2), (1, 1));
+    assert!(first.1 > 1_700_000_000_000_000, "{first:?}");
     let (status, message): (i64, String) = redis::from_redis_value(replies[1].clone()).unwrap();
     assert_eq!(status, -2);
     assert!(message.starts_with("WRONGTYPE"), "{message}");
     let third: (i64, i64, i64) = redis::from_redis_value(replies[2].clone()).unwrap();
-    assert_eq!(third, (1, 1, 1));
+    assert_eq!((third.0, third.2), (1, 1));
+    assert!(third.1 >= first.1, "{third:?}");
     // The string was left alone.
     let v: String = redis::cmd("GET").arg("str").query(&mut c).unwrap();
     assert_eq!(v, "x");
@@ -222,4 +240,31 @@ fn one_bad_request_in_a_batch_does_not_fail_the_others() {
     );
     let exists: i64 = redis::cmd("EXISTS").arg("three").query(&mut c).unwrap();
     assert_eq!(exists, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_after_the_server_loses_its_data() {
+    let mut server = RedisServer::start().unwrap();
+    let client = locksmith::Client::open(&server.url()).await.unwrap();
+    let lock = client.lock("restarted").unwrap();
+    let before = lock.lock().await.unwrap();
+    let first = before.fencing_token();
+    drop(before);
+    // Restart without persistence: the lock and its counter are gone.
+    server.restart().unwrap();
+    let again = loop {
+        match lock.try_lock_for(std::time::Duration::from_secs(1)).await {
+            Ok(Some(guard)) => break guard,
+            Ok(None) => {}
+            Err(e) if e.is_connection_error() || e.is_timeout() => {}
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(
+        again.fencing_token() > first,
+        "{} after {first}: a new counter starts from the server clock",
+        again.fencing_token()
+    );
+    again.release().await.unwrap();
 }

@@ -37,7 +37,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
     end
     local head = redis.call('lindex', queue, 0)
     if redis.call('exists', key) == 0 and (head == false or head == owner) then
-        local token = redis.call('incr', token_key)
+        local token = next_token(token_key)
         if head == owner then
             redis.call('lpop', queue)
         end

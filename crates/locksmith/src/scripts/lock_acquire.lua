@@ -23,7 +23,7 @@
 local function acquire(key, token_key, lease, owner, expected)
     -- Fast path: a free lock costs four calls.
     if expected == '0' and redis.call('exists', key) == 0 then
-        local token = redis.call('incr', token_key)
+        local token = next_token(token_key)
         redis.call('hset', key, owner, '1')
         redis.call('pexpire', key, lease)
         return {1, token, 1}

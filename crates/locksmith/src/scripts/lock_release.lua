@@ -55,7 +55,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
                  or listeners(channel, mode) <= 1) then
             -- Add the successor before removing the owner: the key is never
             -- deleted and re-created.
-            local token = redis.call('incr', token_key)
+            local token = next_token(token_key)
             redis.call('hset', key, successor, '1')
             redis.call('hdel', key, owner)
             redis.call('pexpire', key, successor_lease)

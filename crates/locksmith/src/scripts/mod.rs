@@ -1,7 +1,9 @@
 //! The Lua scripts, one file per operation, each with its KEYS/ARGV contract
 //! at the top. `Script` hashes each once; calls use EVALSHA and load the
-//! script on NOSCRIPT. Scripts that announce changes start with the shared
-//! prelude `announce.lua` (the publish-mode switch and the listener count).
+//! script on NOSCRIPT. Every script starts with `token.lua` (fencing
+//! tokens that survive the loss of the counter); scripts that announce
+//! changes then have the shared prelude `announce.lua` (the publish-mode
+//! switch and the listener count).
 
 use std::sync::LazyLock;
 
@@ -11,12 +13,13 @@ macro_rules! script {
     ($name:ident, $file:literal) => {
         #[doc = concat!("The script in `", $file, "`.")]
         pub(crate) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!($file)));
+            LazyLock::new(|| Script::new(concat!(include_str!("token.lua"), include_str!($file))));
     };
     ($name:ident, expirable $file:literal) => {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `expirable.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("token.lua"),
                 include_str!("announce.lua"),
                 include_str!("expirable.lua"),
                 include_str!($file)
@@ -27,6 +30,7 @@ macro_rules! script {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `fair.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("token.lua"),
                 include_str!("announce.lua"),
                 include_str!("fair.lua"),
                 include_str!($file)
@@ -37,6 +41,7 @@ macro_rules! script {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua` and `rw.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("token.lua"),
                 include_str!("announce.lua"),
                 include_str!("rw.lua"),
                 include_str!($file)
@@ -46,7 +51,11 @@ macro_rules! script {
     ($name:ident, announcing $file:literal) => {
         #[doc = concat!("The script in `", $file, "`, after `announce.lua`.")]
         pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(include_str!("announce.lua"), include_str!($file)))
+            Script::new(concat!(
+                include_str!("token.lua"),
+                include_str!("announce.lua"),
+                include_str!($file)
+            ))
         });
     };
 }

@@ -52,7 +52,7 @@ for i = 1, n do
         count = tonumber(redis.call('hget', key, owner))
     else
         if redis.call('exists', key) == 0 then
-            redis.call('incr', token_key)
+            next_token(token_key)
         end
         count = redis.call('hincrby', key, owner, 1)
         redis.call('pexpire', key, lease)

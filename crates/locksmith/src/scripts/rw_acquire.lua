@@ -52,7 +52,7 @@ local function acquire(key, token_key, writers, kind, owner, expected, lease, pr
         end
         local token
         if mode == false then
-            token = redis.call('incr', token_key)
+            token = next_token(token_key)
             redis.call('hset', key, 'mode', 'read')
         else
             token = token_now(token_key)
@@ -70,7 +70,7 @@ local function acquire(key, token_key, writers, kind, owner, expected, lease, pr
         return {-1, held, 0}
     end
     if mode == false then
-        local token = redis.call('incr', token_key)
+        local token = next_token(token_key)
         redis.call('hset', key, 'mode', 'write', wfield, 1)
         redis.call('pexpire', key, lease)
         redis.call('zrem', writers, owner)

@@ -13,6 +13,6 @@ if current then
     return {0, redis.call('pttl', KEYS[1])}
 end
 -- The counter first: if it is not a counter, nothing is written.
-local token = redis.call('incr', KEYS[2])
+local token = next_token(KEYS[2])
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, token}

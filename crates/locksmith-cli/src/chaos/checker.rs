@@ -1,0 +1,546 @@
+//! The checker: reads a merged history and reports every violation of the
+//! lock's promises, and the run's figures.
+//!
+//! Rules (times are the machine-wide monotonic clock):
+//! 1. **token order**: per lock, a grant completed before another grant was
+//!    invoked has a smaller fencing token;
+//! 2. **stale write**: per lock, the fenced store never accepts a token
+//!    lower than one it had accepted before the write was sent;
+//! 3. **overlap**: two holds of one lock overlap only if the earlier one
+//!    was lost (its release found it gone, or its process died or could not
+//!    confirm): a hold whose release the server confirmed was held
+//!    alone throughout;
+//! 4. **unsignalled loss**: a hold the server says was lost must have seen
+//!    its lost signal before it released, and no hold writes after its own
+//!    view of its lease (`valid_until`) ran out without having seen it;
+//! 5. **recovery**: after each fault heals, every live worker is granted a
+//!    lock again within lease + 1 s.
+//!
+//! Acquires that time out or fail, writes and releases without an answer
+//! are indeterminate: they neither prove nor break a rule.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::history::{Event, ReleaseOutcome, WriteOutcome};
+
+/// One broken promise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Violation {
+    /// Which rule: `token-order`, `stale-write`, `overlap`,
+    /// `unsignalled-loss`, `write-after-expiry`, `no-recovery`.
+    pub(crate) rule: &'static str,
+    /// When (monotonic ns) the offending event happened.
+    pub(crate) t: u64,
+    /// What happened, for a reader.
+    pub(crate) detail: String,
+}
+
+/// What the checker found, and the run's figures.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct Report {
+    /// Events in the history.
+    pub(crate) events: usize,
+    /// Acquires sent.
+    pub(crate) acquires: usize,
+    /// Grants.
+    pub(crate) grants: usize,
+    /// Acquires that timed out, were refused or failed.
+    pub(crate) indeterminate_acquires: usize,
+    /// Fenced writes accepted / refused as stale / without an answer.
+    pub(crate) writes_accepted: usize,
+    pub(crate) writes_stale: usize,
+    pub(crate) writes_indeterminate: usize,
+    /// Holds whose holder heard its lost signal.
+    pub(crate) losses_signalled: usize,
+    /// Releases the server answered "not held".
+    pub(crate) releases_not_held: usize,
+    /// Faults begun, by kind.
+    pub(crate) faults: BTreeMap<String, usize>,
+    /// Longest time from a fault healing to the last live worker's next
+    /// grant, in milliseconds.
+    pub(crate) longest_recovery_ms: u64,
+    /// Every violation found.
+    pub(crate) violations: Vec<Violation>,
+}
+
+/// One hold, assembled from its events.
+#[derive(Debug)]
+struct Hold {
+    p: String,
+    lock: String,
+    token: u64,
+    invoked: u64,
+    granted: u64,
+    /// Release sent, process killed or exited; `u64::MAX` if never.
+    end: u64,
+    /// (when recorded, lease valid until), in order.
+    valid: Vec<(u64, u64)>,
+    lost: Option<u64>,
+    release: Option<ReleaseOutcome>,
+}
+
+impl Hold {
+    /// The holder's latest view of its lease end recorded at or before `t`.
+    fn valid_until_at(&self, t: u64) -> u64 {
+        self.valid
+            .iter()
+            .filter(|(at, _)| *at <= t)
+            .map(|(_, until)| *until)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Checks `events` (any order) from a run with leases of `lease`.
+pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
+    let mut events: Vec<&Event> = events.iter().collect();
+    events.sort_by_key(|e| e.t());
+    let mut report = Report {
+        events: events.len(),
+        ..Report::default()
+    };
+    let history_end = events.last().map_or(0, |e| e.t());
+
+    // Holds, and the facts the rules need.
+    let mut holds: Vec<Hold> = Vec::new();
+    let mut by_key: HashMap<(String, String, u64), usize> = HashMap::new();
+    let mut last_invoke: HashMap<(String, String), u64> = HashMap::new();
+    let mut writes: BTreeMap<String, Vec<(u64, u64, u64, String)>> = BTreeMap::new();
+    let mut ended: HashMap<String, u64> = HashMap::new();
+    let mut started: HashMap<String, u64> = HashMap::new();
+    for event in &events {
+        match event {
+            Event::Start { t, p, .. } => {
+                started.insert(p.clone(), *t);
+            }
+            Event::Exit { t, p } | Event::Killed { t, p } => {
+                ended.entry(p.clone()).or_insert(*t);
+                for hold in holds.iter_mut().filter(|h| h.p == *p && h.end == u64::MAX) {
+                    hold.end = *t;
+                }
+            }
+            Event::AcquireInvoke { t, p, lock } => {
+                report.acquires += 1;
+                last_invoke.insert((p.clone(), lock.clone()), *t);
+            }
+            Event::AcquireFail { .. } => report.indeterminate_acquires += 1,
+            Event::AcquireOk {
+                t,
+                p,
+                lock,
+                token,
+                valid_until,
+            } => {
+                report.grants += 1;
+                let invoked = last_invoke
+                    .get(&(p.clone(), lock.clone()))
+                    .copied()
+                    .unwrap_or(*t);
+                by_key.insert((p.clone(), lock.clone(), *token), holds.len());
+                holds.push(Hold {
+                    p: p.clone(),
+                    lock: lock.clone(),
+                    token: *token,
+                    invoked,
+                    granted: *t,
+                    end: u64::MAX,
+                    valid: vec![(*t, *valid_until)],
+                    lost: None,
+                    release: None,
+                });
+            }
+            Event::Valid {
+                t,
+                p,
+                lock,
+                token,
+                valid_until,
+            } => {
+                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                    holds[i].valid.push((*t, *valid_until));
+                }
+            }
+            Event::Lost { t, p, lock, token } => {
+                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                    if holds[i].lost.is_none() {
+                        report.losses_signalled += 1;
+                        holds[i].lost = Some(*t);
+                    }
+                }
+            }
+            Event::Write {
+                invoked,
+                t,
+                p,
+                lock,
+                token,
+                outcome,
+            } => {
+                match outcome {
+                    WriteOutcome::Accepted => {
+                        report.writes_accepted += 1;
+                        writes
+                            .entry(lock.clone())
+                            .or_default()
+                            .push((*invoked, *t, *token, p.clone()));
+                    }
+                    WriteOutcome::Stale => report.writes_stale += 1,
+                    WriteOutcome::Error => report.writes_indeterminate += 1,
+                }
+                // Rule 4b: no write after the holder's own lease view ran
+                // out, unless it had been told.
+                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                    let hold = &holds[i];
+                    let until = hold.valid_until_at(*invoked);
+                    let told = hold.lost.is_some_and(|l| l <= *invoked);
+                    if *invoked > until && !told {
+                        report.violations.push(Violation {
+                            rule: "write-after-expiry",
+                            t: *invoked,
+                            detail: format!(
+                                "{p} wrote {lock:?} with token {token} {:.1} ms after its lease view ended, without a lost signal",
+                                (*invoked - until) as f64 / 1e6
+                            ),
+                        });
+                    }
+                }
+            }
+            Event::ReleaseInvoke { t, p, lock, token } => {
+                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                    holds[i].end = holds[i].end.min(*t);
+                }
+            }
+            Event::ReleaseDone {
+                p,
+                lock,
+                token,
+                outcome,
+                ..
+            } => {
+                if *outcome == ReleaseOutcome::NotHeld {
+                    report.releases_not_held += 1;
+                }
+                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                    holds[i].release = Some(*outcome);
+                }
+            }
+            Event::FaultStart { kind, .. } => {
+                *report.faults.entry(kind.clone()).or_default() += 1;
+            }
+            Event::FaultHeal { .. } => {}
+        }
+    }
+
+    let mut per_lock: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in &holds {
+        per_lock.entry(&hold.lock).or_default().push(hold);
+    }
+    for (lock, list) in &per_lock {
+        token_order(lock, list, &mut report.violations);
+        overlaps(lock, list, &mut report.violations);
+    }
+    for (lock, list) in &writes {
+        stale_writes(lock, list, &mut report.violations);
+    }
+    // Rule 4a: told before releasing a hold that was gone.
+    for hold in &holds {
+        if hold.release == Some(ReleaseOutcome::NotHeld) && hold.lost.is_none_or(|l| l > hold.end)
+        {
+            report.violations.push(Violation {
+                rule: "unsignalled-loss",
+                t: hold.end,
+                detail: format!(
+                    "{} released {:?} (token {}) and heard it was gone, but its lost signal had not fired",
+                    hold.p, hold.lock, hold.token
+                ),
+            });
+        }
+    }
+    recovery(&events, &started, &ended, history_end, lease, &mut report);
+    report.violations.sort_by_key(|v| v.t);
+    report
+}
+
+/// Rule 1, by a sweep: grants in completion order against grants in
+/// invocation order.
+fn token_order(lock: &str, holds: &[&Hold], out: &mut Vec<Violation>) {
+    let mut done: Vec<&Hold> = holds.to_vec();
+    done.sort_by_key(|h| h.granted);
+    let mut asked: Vec<&Hold> = holds.to_vec();
+    asked.sort_by_key(|h| h.invoked);
+    let mut i = 0;
+    let mut best: Option<&Hold> = None;
+    for g in asked {
+        while i < done.len() && done[i].granted < g.invoked {
+            if best.is_none_or(|b| done[i].token > b.token) {
+                best = Some(done[i]);
+            }
+            i += 1;
+        }
+        if let Some(b) = best {
+            if b.token >= g.token {
+                out.push(Violation {
+                    rule: "token-order",
+                    t: g.granted,
+                    detail: format!(
+                        "{lock:?}: {} was granted token {} after {} had been granted token {}",
+                        g.p, g.token, b.p, b.token
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 2: accepted writes against the largest token accepted before each
+/// was sent.
+fn stale_writes(lock: &str, writes: &[(u64, u64, u64, String)], out: &mut Vec<Violation>) {
+    let mut done: Vec<_> = writes.iter().collect();
+    done.sort_by_key(|w| w.1);
+    let mut asked: Vec<_> = writes.iter().collect();
+    asked.sort_by_key(|w| w.0);
+    let (mut i, mut best) = (0, None::<&(u64, u64, u64, String)>);
+    for w in asked {
+        while i < done.len() && done[i].1 < w.0 {
+            if best.is_none_or(|b| done[i].2 > b.2) {
+                best = Some(done[i]);
+            }
+            i += 1;
+        }
+        if let Some(b) = best {
+            if b.2 > w.2 {
+                out.push(Violation {
+                    rule: "stale-write",
+                    t: w.1,
+                    detail: format!(
+                        "{lock:?}: the store accepted token {} from {} after accepting token {} from {}",
+                        w.2, w.3, b.2, b.3
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 3: a later grant inside a hold the server confirmed at release.
+fn overlaps(lock: &str, holds: &[&Hold], out: &mut Vec<Violation>) {
+    let mut sorted: Vec<&Hold> = holds.to_vec();
+    sorted.sort_by_key(|h| h.granted);
+    for (i, a) in sorted.iter().enumerate() {
+        if a.release != Some(ReleaseOutcome::Ok) {
+            continue;
+        }
+        for b in &sorted[i + 1..] {
+            if b.granted >= a.end {
+                break;
+            }
+            out.push(Violation {
+                rule: "overlap",
+                t: b.granted,
+                detail: format!(
+                    "{lock:?}: {} was granted (token {}) while {} held it (token {}, released {:.1} ms later and the server confirmed the hold)",
+                    b.p,
+                    b.token,
+                    a.p,
+                    a.token,
+                    (a.end - b.granted) as f64 / 1e6
+                ),
+            });
+        }
+    }
+}
+
+/// Rule 5: after each heal, every live worker's next grant.
+fn recovery(
+    events: &[&Event],
+    started: &HashMap<String, u64>,
+    ended: &HashMap<String, u64>,
+    history_end: u64,
+    lease: Duration,
+    report: &mut Report,
+) {
+    let window = (lease + Duration::from_secs(1)).as_nanos() as u64;
+    let heals: Vec<(u64, &str, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::FaultHeal { t, kind, target } => Some((*t, kind.as_str(), target.as_str())),
+            _ => None,
+        })
+        .collect();
+    let fault_starts: Vec<u64> = events
+        .iter()
+        .filter_map(|e| matches!(e, Event::FaultStart { .. }).then(|| e.t()))
+        .collect();
+    let mut grants: HashMap<&str, Vec<u64>> = HashMap::new();
+    for e in events {
+        if let Event::AcquireOk { t, p, .. } = e {
+            grants.entry(p.as_str()).or_default().push(*t);
+        }
+    }
+    for (healed, kind, target) in heals {
+        let deadline = healed + window;
+        // The run must have gone on long enough, and no other fault may
+        // start inside the window.
+        if deadline > history_end || fault_starts.iter().any(|&s| s > healed && s < deadline) {
+            continue;
+        }
+        for (p, &start) in started {
+            if start > deadline || ended.get(p).is_some_and(|&e| e < deadline) {
+                continue;
+            }
+            let from = healed.max(start);
+            let next = grants
+                .get(p.as_str())
+                .and_then(|ts| ts.iter().copied().find(|&t| t >= from));
+            match next {
+                Some(t) if t <= from + window => {
+                    report.longest_recovery_ms = report.longest_recovery_ms.max((t - healed) / 1_000_000);
+                }
+                _ => report.violations.push(Violation {
+                    rule: "no-recovery",
+                    t: healed,
+                    detail: format!(
+                        "{p} was not granted a lock within {:?} after the {kind} fault on {target} healed",
+                        lease + Duration::from_secs(1)
+                    ),
+                }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const LEASE: Duration = Duration::from_millis(1000);
+
+    fn s(x: &str) -> String {
+        x.to_owned()
+    }
+
+    /// A complete, correct hold of `lock` by `p` from `at` (ms) for 50 ms.
+    fn hold(p: &str, lock: &str, token: u64, at: u64, release: ReleaseOutcome) -> Vec<Event> {
+        let t = at * MS;
+        vec![
+            Event::AcquireInvoke { t, p: s(p), lock: s(lock) },
+            Event::AcquireOk { t: t + MS, p: s(p), lock: s(lock), token, valid_until: t + 900 * MS },
+            Event::Write { invoked: t + 2 * MS, t: t + 3 * MS, p: s(p), lock: s(lock), token, outcome: WriteOutcome::Accepted },
+            Event::ReleaseInvoke { t: t + 50 * MS, p: s(p), lock: s(lock), token },
+            Event::ReleaseDone { t: t + 51 * MS, p: s(p), lock: s(lock), token, outcome: release },
+        ]
+    }
+
+    fn starts() -> Vec<Event> {
+        vec![
+            Event::Start { t: 0, p: s("w1"), client: s("a") },
+            Event::Start { t: 0, p: s("w2"), client: s("b") },
+        ]
+    }
+
+    fn rules(events: &[Event]) -> Vec<&'static str> {
+        check(events, LEASE).violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        h.extend(hold("w2", "x", 11, 200, ReleaseOutcome::Ok));
+        h.extend(hold("w1", "y", 5, 200, ReleaseOutcome::Ok));
+        let report = check(&h, LEASE);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!((report.grants, report.writes_accepted), (3, 3));
+    }
+
+    #[test]
+    fn overlap_is_reported() {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        // w2 granted 20 ms into w1's confirmed hold.
+        h.extend(hold("w2", "x", 11, 120, ReleaseOutcome::Ok));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn an_overlap_after_a_signalled_loss_is_not_a_violation() {
+        let mut h = starts();
+        let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::NotHeld);
+        a.insert(3, Event::Lost { t: 110 * MS, p: s("w1"), lock: s("x"), token: 10 });
+        // Its one write before the loss was accepted; a later one refused.
+        a.push(Event::Write { invoked: 130 * MS, t: 131 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Stale });
+        h.extend(a);
+        h.extend(hold("w2", "x", 11, 120, ReleaseOutcome::Ok));
+        assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn a_token_going_backwards_is_reported() {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        h.extend(hold("w2", "x", 9, 200, ReleaseOutcome::Ok));
+        let r = rules(&h);
+        assert!(r.contains(&"token-order"), "{r:?}");
+        // Token 9 written after 10 was accepted: a stale write too.
+        assert!(r.contains(&"stale-write"), "{r:?}");
+    }
+
+    #[test]
+    fn an_accepted_stale_write_is_reported() {
+        let mut h = starts();
+        h.extend(hold("w2", "x", 11, 100, ReleaseOutcome::Ok));
+        // An earlier holder (token 10, lost) writes late and is accepted.
+        h.push(Event::Write { invoked: 300 * MS, t: 301 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Accepted });
+        assert_eq!(rules(&h), vec!["stale-write"]);
+    }
+
+    #[test]
+    fn an_unsignalled_loss_is_reported() {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::NotHeld));
+        assert_eq!(rules(&h), vec!["unsignalled-loss"]);
+        // A write after the holder's own lease view ended, untold.
+        let mut h = starts();
+        let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::Ok);
+        a.insert(3, Event::Write { invoked: 1_500 * MS, t: 1_501 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Stale });
+        h.extend(a);
+        assert!(rules(&h).contains(&"write-after-expiry"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn a_worker_that_never_recovers_is_reported() {
+        let mut h = starts();
+        h.push(Event::FaultStart { t: 100 * MS, kind: s("black-hole"), target: s("w2") });
+        h.push(Event::FaultHeal { t: 1_000 * MS, kind: s("black-hole"), target: s("w2") });
+        // w1 is granted soon after the heal; w2 never again.
+        h.extend(hold("w1", "x", 10, 1_200, ReleaseOutcome::Ok));
+        h.extend(hold("w1", "x", 11, 3_500, ReleaseOutcome::Ok));
+        let report = check(&h, LEASE);
+        let r: Vec<_> = report.violations.iter().map(|v| (v.rule, v.detail.contains("w2"))).collect();
+        assert_eq!(r, vec![("no-recovery", true)]);
+        assert_eq!(report.longest_recovery_ms, 201);
+        assert_eq!(report.faults.get("black-hole"), Some(&1));
+        // Granted in time: fine. A killed worker is not expected to.
+        h.extend(hold("w2", "y", 3, 1_900, ReleaseOutcome::Ok));
+        assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn indeterminate_operations_prove_nothing() {
+        let mut h = starts();
+        h.push(Event::AcquireInvoke { t: 10 * MS, p: s("w1"), lock: s("x") });
+        h.push(Event::AcquireFail { t: 2_010 * MS, p: s("w1"), lock: s("x"), error: s("timeout") });
+        let mut a = hold("w2", "x", 10, 100, ReleaseOutcome::Error);
+        a.push(Event::Write { invoked: 105 * MS, t: 900 * MS, p: s("w2"), lock: s("x"), token: 10, outcome: WriteOutcome::Error });
+        h.extend(a);
+        // A grant inside a hold whose release had no answer: not proven.
+        h.extend(hold("w1", "x", 11, 120, ReleaseOutcome::Ok));
+        let report = check(&h, LEASE);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.indeterminate_acquires, 1);
+    }
+}

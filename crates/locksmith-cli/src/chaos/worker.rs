@@ -1,0 +1,229 @@
+//! One chaos worker process: loops acquire -> fenced writes -> release on a
+//! few shared lock names until its deadline, recording every step.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use locksmith::{Client, ErrorKind};
+
+use super::history::{now, Event, ReleaseOutcome, WriteOutcome};
+
+/// Arguments of the hidden `locksmith chaos-worker` command.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WorkerArgs {
+    /// Lock server URL (through this worker's fault proxy).
+    #[arg(long)]
+    pub(crate) redis: String,
+    /// The fenced stores' server (the protected resource), reached directly.
+    #[arg(long)]
+    pub(crate) resource: String,
+    /// Lock names, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) names: Vec<String>,
+    /// Lock lease (watchdog-renewed).
+    #[arg(long, value_parser = crate::duration::parse_nonzero)]
+    pub(crate) lease: Duration,
+    /// Stop starting new holds after this long.
+    #[arg(long, value_parser = crate::duration::parse_nonzero)]
+    pub(crate) duration: Duration,
+    /// This process's name in the history.
+    #[arg(long)]
+    pub(crate) name: String,
+    /// History file (JSON lines, appended).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// Deliberately broken release: delete the lock whoever holds it
+    /// (skips the owner check), to show the checker catches it.
+    #[arg(long)]
+    pub(crate) broken_release: bool,
+}
+
+/// Appends events to the history file, one flushed line each, so a
+/// SIGKILL loses at most the line being written.
+#[derive(Clone)]
+struct Recorder {
+    p: String,
+    file: Arc<Mutex<std::fs::File>>,
+}
+
+impl Recorder {
+    fn record(&self, event: Event) {
+        if let Ok(mut line) = serde_json::to_string(&event) {
+            line.push('\n');
+            let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
+}
+
+/// Runs the worker loop; returns when the duration is over.
+pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.out)
+        .map_err(|e| format!("cannot open {}: {e}", args.out.display()))?;
+    let rec = Recorder {
+        p: args.name.clone(),
+        file: Arc::new(Mutex::new(file)),
+    };
+    // Short timeouts: a black-holed client gives up quickly and comes back
+    // quickly once the network heals.
+    let client = Client::builder(args.redis.clone())
+        .lease(args.lease)
+        .command_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2))
+        .recheck_interval(Duration::from_millis(200))
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let resource = Client::open(&args.resource)
+        .await
+        .map_err(|e| e.to_string())?;
+    rec.record(Event::Start {
+        t: now(),
+        p: rec.p.clone(),
+        client: client.id().hyphenated().to_string(),
+    });
+    let deadline = tokio::time::Instant::now() + args.duration;
+    let mut round: u64 = 0;
+    while tokio::time::Instant::now() < deadline {
+        round += 1;
+        let lock_name = &args.names[(round as usize + args.name.len()) % args.names.len()];
+        hold_once(&client, &resource, lock_name, &args, &rec).await;
+    }
+    rec.record(Event::Exit {
+        t: now(),
+        p: rec.p.clone(),
+    });
+    Ok(())
+}
+
+/// One acquire -> writes -> release cycle on `name`.
+async fn hold_once(client: &Client, resource: &Client, name: &str, args: &WorkerArgs, rec: &Recorder) {
+    let p = rec.p.clone();
+    let lock = match client.lock(name) {
+        Ok(lock) => lock,
+        Err(_) => return,
+    };
+    rec.record(Event::AcquireInvoke {
+        t: now(),
+        p: p.clone(),
+        lock: name.to_owned(),
+    });
+    let guard = match lock.try_lock_for(args.lease * 2).await {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            rec.record(Event::AcquireFail {
+                t: now(),
+                p,
+                lock: name.to_owned(),
+                error: "not granted within the wait".into(),
+            });
+            return;
+        }
+        Err(e) => {
+            rec.record(Event::AcquireFail {
+                t: now(),
+                p,
+                lock: name.to_owned(),
+                error: e.to_string(),
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
+        }
+    };
+    let token = guard.fencing_token();
+    let valid_until = |g: &locksmith::LockGuard| now() + g.remaining_lease().as_nanos() as u64;
+    rec.record(Event::AcquireOk {
+        t: now(),
+        p: p.clone(),
+        lock: name.to_owned(),
+        token,
+        valid_until: valid_until(&guard),
+    });
+    // The lost signal, recorded the moment it fires.
+    let watcher = {
+        let (lost, rec, p, lock) = (guard.lost(), rec.clone(), p.clone(), name.to_owned());
+        tokio::spawn(async move {
+            lost.wait().await;
+            rec.record(Event::Lost { t: now(), p, lock, token });
+        })
+    };
+    let store = resource.fenced_store(format!("chaos-store:{name}"));
+    let noticed = || {
+        rec.record(Event::Lost {
+            t: now(),
+            p: p.clone(),
+            lock: name.to_owned(),
+            token,
+        })
+    };
+    for i in 0..3u32 {
+        if guard.is_lost() {
+            noticed();
+            break;
+        }
+        rec.record(Event::Valid {
+            t: now(),
+            p: p.clone(),
+            lock: name.to_owned(),
+            token,
+            valid_until: valid_until(&guard),
+        });
+        let invoked = now();
+        let outcome = match &store {
+            Ok(store) => match store.write(token, format!("{p}:{i}").as_bytes()).await {
+                Ok(()) => WriteOutcome::Accepted,
+                Err(e) if e.kind() == ErrorKind::StaleToken => WriteOutcome::Stale,
+                Err(_) => WriteOutcome::Error,
+            },
+            Err(_) => WriteOutcome::Error,
+        };
+        rec.record(Event::Write {
+            invoked,
+            t: now(),
+            p: p.clone(),
+            lock: name.to_owned(),
+            token,
+            outcome,
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A loss noticed now is on record before the release is sent (the
+    // watcher may not have run yet; the checker keeps the first record).
+    if guard.is_lost() {
+        noticed();
+    }
+    rec.record(Event::ReleaseInvoke {
+        t: now(),
+        p: p.clone(),
+        lock: name.to_owned(),
+        token,
+    });
+    let outcome = if args.broken_release {
+        // Skips the owner check: deletes whoever holds the lock now.
+        let result = lock.force_unlock().await;
+        drop(guard);
+        match result {
+            Ok(_) => ReleaseOutcome::Ok,
+            Err(_) => ReleaseOutcome::Error,
+        }
+    } else {
+        match guard.release().await {
+            Ok(()) => ReleaseOutcome::Ok,
+            Err(e) if e.kind() == ErrorKind::NotHeld => ReleaseOutcome::NotHeld,
+            Err(_) => ReleaseOutcome::Error,
+        }
+    };
+    watcher.abort();
+    rec.record(Event::ReleaseDone {
+        t: now(),
+        p,
+        lock: name.to_owned(),
+        token,
+        outcome,
+    });
+}
