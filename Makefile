@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi doc
+.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi chaos doc
 
 setup:
 	./scripts/setup
@@ -45,3 +45,10 @@ bench-redlock: setup
 # MultiLock of 4 locks on a single server and a cluster (one slot vs spread).
 bench-multi: setup
 	$(CARGO) run --release -p locksmith-cli -- bench --multi
+
+# The chaos suite, long form: 10 minutes under every single-server fault,
+# then 3 minutes behind Sentinel with failovers; figures in target/chaos/.
+chaos: setup
+	mkdir -p target/chaos
+	$(CARGO) run --release -p locksmith-cli -- chaos --duration 10m --json target/chaos/single.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --topology sentinel --duration 3m --json target/chaos/sentinel.json

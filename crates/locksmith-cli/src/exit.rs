@@ -8,6 +8,8 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 /// The lock was lost while the command ran, or an internal error
 /// (`EX_SOFTWARE`).
 pub(crate) const SOFTWARE: u8 = 70;
+/// `chaos`: the checker found violations.
+pub(crate) const CHECK_FAILED: u8 = 1;
 /// Default for "lock not acquired in time" (`EX_TEMPFAIL`: try again later).
 pub(crate) const CONFLICT: u8 = 75;
 /// The command exists but could not be executed (as in sh).

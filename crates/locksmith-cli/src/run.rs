@@ -73,7 +73,8 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     // and is awaited: dropped, its releases would be background tasks the
     // exiting runtime may never run.
     let stop = std::sync::Arc::new(tokio::sync::Notify::new());
-    let stoppable = matches!(object(&args), Object::Multi(_));
+    let stoppable =
+        matches!(object(&args), Object::Multi(_)) || matches!(target, Target::Redlock(_));
     let (what, acquire) = match (object(&args), &target) {
         (Object::Lock(LockKind::Plain, name), Target::Redlock(nodes)) => (
             format!(
@@ -81,7 +82,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
                 nodes.quorum(),
                 nodes.len()
             ),
-            acquire_redlock(nodes, name, fixed, args.wait),
+            acquire_redlock(nodes, name, fixed, args.wait, stop.clone()),
         ),
         (_, Target::Redlock(_)) => {
             return Err(CliError::Usage("--redlock takes one --lock".into()));
@@ -359,23 +360,23 @@ fn acquire_lock<'a>(
     })
 }
 
-/// Waits for Redlock `name` over `nodes` as `wait` says.
+/// Waits for Redlock `name` over `nodes` as `wait` says, or until `stop`
+/// is notified (a grant then is released first).
 fn acquire_redlock<'a>(
     nodes: &'a RedlockNodes,
     name: &'a str,
     fixed: Option<Duration>,
     wait: Option<Duration>,
+    stop: std::sync::Arc<tokio::sync::Notify>,
 ) -> Acquire<'a> {
     Box::pin(async move {
         let mut lock = nodes.lock(name)?;
         if let Some(lease) = fixed {
             lock = lock.with_lease(lease)?;
         }
-        let guard = match wait {
-            None => lock.lock().await.map(Some),
-            Some(wait) if wait.is_zero() => lock.try_lock().await,
-            Some(wait) => lock.try_lock_for(wait).await,
-        }?;
+        let guard = lock
+            .acquire_unless(wait, async move { stop.notified().await })
+            .await?;
         Ok(guard.map(Held::Redlock))
     })
 }

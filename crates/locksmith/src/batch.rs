@@ -173,6 +173,7 @@ impl Drop for Answer {
 pub(crate) struct Tracker(#[allow(dead_code)] oneshot::Sender<()>);
 
 /// Resolves once the tracked request is settled (see the module docs).
+#[derive(Debug)]
 pub(crate) struct Tracked(oneshot::Receiver<()>);
 
 /// A tracker and its [`Tracked`] end.

@@ -99,7 +99,7 @@ pub enum Error {
     /// Fewer than a majority of a Redlock's nodes answered (down,
     /// unreachable within the per-node timeout, or answering errors), so
     /// the lock can be neither granted nor, on release, confirmed.
-    #[error("Redlock {name:?}: {answered} of {nodes} nodes answered, a majority needs {needed} ({errors})")]
+    #[error("Redlock{}: {answered} of {nodes} nodes answered, a majority needs {needed} ({errors})", if name.is_empty() { String::new() } else { format!(" {name:?}") })]
     NoQuorum {
         /// The lock's name (empty when connecting).
         name: String,

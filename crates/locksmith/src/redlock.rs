@@ -214,6 +214,7 @@ impl RedlockNodes {
             })
             .collect();
         let set = RedlockNodes::assemble(nodes, lease, max_name_len)?;
+        set.check_run_ids().await?;
         let errors: Vec<String> = set
             .inner
             .nodes
@@ -231,6 +232,34 @@ impl RedlockNodes {
             });
         }
         Ok(set)
+    }
+
+    /// Two addresses of one server (`localhost` and `127.0.0.1`, two DNS
+    /// names) would count it twice toward the majority: refuses the set
+    /// when two connected nodes report the same `run_id`.
+    async fn check_run_ids(&self) -> Result<()> {
+        let ids = join_all(self.inner.nodes.iter().map(|node| async move {
+            let client = node.connected()?;
+            let mut conn = client.connection();
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("run_id:"))
+                .map(|id| (id.trim().to_owned(), node.addr.clone()))
+        }))
+        .await;
+        let mut seen = std::collections::HashMap::new();
+        for (id, addr) in ids.into_iter().flatten() {
+            if let Some(first) = seen.insert(id, addr.clone()) {
+                return Err(Error::invalid(format!(
+                    "Redlock nodes {first} and {addr} are the same server (same run_id): it would count twice toward the majority"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn assemble(
@@ -371,8 +400,10 @@ impl Node {
                 };
                 if Instant::now() >= *retry_at {
                     // One reconnect at a time: the next is not due before
-                    // this one has ended and set a new pause.
-                    *retry_at = Instant::now() + Duration::from_secs(86_400);
+                    // this one has ended and set a new pause (or, should
+                    // its task never finish, after it surely would have).
+                    *retry_at =
+                        Instant::now() + builder.config().connect_timeout * 2 + RECONNECT_PAUSE;
                     let builder = builder.clone();
                     let node = self.clone();
                     crate::task::detach(
@@ -577,46 +608,83 @@ impl Redlock {
         self.acquire(Some(wait)).await
     }
 
-    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<RedlockGuard>> {
+    /// As [`Redlock::try_lock_for`] (`wait` of `None`: as long as it
+    /// takes), but also gives up when `cancel` completes: checked between
+    /// rounds (a round is bounded by about two per-node timeouts), and a
+    /// grant that lands as `cancel` completes is released, the release
+    /// awaited, before this returns `None`. Use it where a dropped future's
+    /// background undo might not get to run (a program about to exit on a
+    /// signal).
+    ///
+    /// # Errors
+    /// As for [`Redlock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Redlock::lock`].
+    pub async fn acquire_unless(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<RedlockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
+        let mut cancel = std::pin::pin!(cancel);
         let mut waiters: Option<Vec<Waiter>> = None;
         loop {
             if let Some(guard) = self.round().await? {
+                let cancelled = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(cancel.as_mut().poll(cx).is_ready())
+                })
+                .await;
+                if cancelled {
+                    let _ = guard.release().await;
+                    return Ok(None);
+                }
                 return Ok(Some(guard));
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(None);
             }
-            let delay = self.nodes.inner.retry_delay;
-            let mut until = now + jitter(delay);
+            // A random pause, cut short by a release announced on any
+            // node (undone rounds announce nothing, so contenders that
+            // split a round do not wake each other).
+            let mut until = now + jitter(self.nodes.inner.retry_delay);
             if let Some(d) = deadline {
                 until = until.min(d);
             }
-            match &waiters {
-                None => {
-                    // Listen for releases on every connected node, then try
-                    // again at once: a release may have come meanwhile.
-                    let registering = self.nodes.inner.nodes.iter().filter_map(|n| n.connected());
-                    let channel = &self.keys.channel;
-                    waiters = Some(
-                        join_all(registering.map(|c| async move {
-                            c.hub()
-                                .register(channel, notify::wake_one, 1, Some(until))
-                                .await
-                        }))
-                        .await,
-                    );
+            if waiters.is_none() {
+                let registering = self.nodes.inner.nodes.iter().filter_map(|n| n.connected());
+                let channel = &self.keys.channel;
+                waiters = Some(
+                    join_all(registering.map(|c| async move {
+                        c.hub()
+                            .register(channel, notify::wake_one, 1, Some(until))
+                            .await
+                    }))
+                    .await,
+                );
+            }
+            let pause = async {
+                match waiters.as_deref() {
+                    Some(ws) if !ws.is_empty() => {
+                        futures_util::future::select_all(
+                            ws.iter().map(|w| Box::pin(w.wait_until(until))),
+                        )
+                        .await;
+                    }
+                    _ => tokio::time::sleep_until(until).await,
                 }
-                Some(ws) if !ws.is_empty() => {
-                    let any = futures_util::future::select_all(
-                        ws.iter().map(|w| Box::pin(w.wait_until(until))),
-                    );
-                    any.await;
-                }
-                Some(_) => tokio::time::sleep_until(until).await,
+            };
+            tokio::select! {
+                biased;
+                () = cancel.as_mut() => return Ok(None),
+                () = pause => {}
             }
         }
+    }
+
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<RedlockGuard>> {
+        self.acquire_unless(wait, std::future::pending()).await
     }
 
     /// One acquire round (see the module docs).
@@ -634,7 +702,7 @@ impl Redlock {
         let mut undo = Undo {
             lock: Some(self.clone()),
             owner: owner.clone(),
-            after: tracked,
+            after: tracked.into_iter().map(Some).collect(),
         };
         let start = Instant::now();
         let replies = join_all(inner.nodes.iter().zip(trackers).map(|(node, tracker)| {
@@ -651,10 +719,14 @@ impl Redlock {
         let mut tokens = Vec::new();
         let mut busy = 0;
         let mut errors = Vec::new();
-        for (node, reply) in inner.nodes.iter().zip(replies) {
+        for (i, (node, reply)) in inner.nodes.iter().zip(replies).enumerate() {
             match reply {
                 Ok(NodeGrant::Granted(token)) => tokens.push(token),
-                Ok(NodeGrant::Busy) => busy += 1,
+                Ok(NodeGrant::Busy) => {
+                    // Nothing was granted there to this fresh owner.
+                    busy += 1;
+                    undo.after[i] = None;
+                }
                 Err(e) => errors.push(format!("{}: {e}", node.addr)),
             }
         }
@@ -674,17 +746,26 @@ impl Redlock {
             return Ok(Some(RedlockGuard {
                 lock: self.clone(),
                 owner: Some(owner),
+                after: std::mem::take(&mut undo.after)
+                    .into_iter()
+                    .flatten()
+                    .collect(),
                 token,
                 granted: tokens.len(),
                 lease: state,
                 stop,
             }));
         }
-        // Not enough: undo everywhere (also where no answer came), awaited
-        // so the next round does not race this one's leftovers.
+        // Not enough: undo where something may have been granted (nodes
+        // that granted, and those that did not answer: theirs may land
+        // late, so it waits for their request to settle), silently. The
+        // next round waits for the undo at most one per-node timeout; the
+        // rest goes on in the background.
         undo.lock = None;
-        self.release_everywhere(owner, std::mem::take(&mut undo.after))
-            .await;
+        let lock = self.clone();
+        let after = std::mem::take(&mut undo.after);
+        let undoing = tokio::spawn(async move { lock.undo_round(owner, after).await });
+        let _ = tokio::time::timeout(inner.node_timeout, undoing).await;
         let answered = tokens.len() + busy;
         if answered < inner.quorum {
             return Err(Error::NoQuorum {
@@ -696,6 +777,28 @@ impl Redlock {
             });
         }
         Ok(None)
+    }
+
+    /// Releases `owner` on the nodes whose slot in `after` is `Some`, each
+    /// once its acquire request settled, without announcing (nobody saw
+    /// these grants).
+    async fn undo_round(&self, owner: Arc<str>, after: Vec<Option<Tracked>>) {
+        join_all(
+            self.nodes
+                .inner
+                .nodes
+                .iter()
+                .zip(after)
+                .filter_map(|(node, tracked)| tracked.map(|t| (node, t)))
+                .map(|(node, tracked)| {
+                    let owner = &owner;
+                    async move {
+                        tracked.settled().await;
+                        let _ = self.release_on(node, owner, true).await;
+                    }
+                }),
+        )
+        .await;
     }
 
     async fn acquire_on(
@@ -735,8 +838,8 @@ impl Redlock {
     }
 
     /// Releases `owner`'s hold on one node: `Ok(true)` freed, `Ok(false)`
-    /// not held there.
-    async fn release_on(&self, node: &Arc<Node>, owner: &Arc<str>) -> Result<bool> {
+    /// not held there. `silent` for an undo: nothing is announced.
+    async fn release_on(&self, node: &Arc<Node>, owner: &Arc<str>, silent: bool) -> Result<bool> {
         let client = node.client()?;
         let call = Call::new(
             3,
@@ -751,7 +854,11 @@ impl Redlock {
                 Arg::Static(""),
                 Arg::Static("0"),
                 Arg::Static("0"),
-                Arg::Static(client.notify_mode().code()),
+                Arg::Static(if silent {
+                    "n"
+                } else {
+                    client.notify_mode().code()
+                }),
             ],
         );
         let room = client.room(RedlockRoom::new);
@@ -795,7 +902,7 @@ impl Redlock {
                     .inner
                     .nodes
                     .iter()
-                    .map(|node| lock.release_on(node, &owner)),
+                    .map(|node| lock.release_on(node, &owner, false)),
             )
             .await;
             let mut tally = Tally::default();
@@ -837,8 +944,9 @@ struct Undo {
     /// `Some` while armed.
     lock: Option<Redlock>,
     owner: Arc<str>,
-    /// The round's acquire requests; the undo waits until they settled.
-    after: Vec<Tracked>,
+    /// Per node, the round's acquire request while something may have been
+    /// granted there; the undo waits until it settled.
+    after: Vec<Option<Tracked>>,
 }
 
 impl Drop for Undo {
@@ -850,7 +958,7 @@ impl Drop for Undo {
                 "undoing a cancelled Redlock round",
                 "grants that landed stay until their lease runs out",
                 async move {
-                    lock.release_everywhere(owner, after).await;
+                    lock.undo_round(owner, after).await;
                 },
             );
         }
@@ -933,6 +1041,9 @@ pub struct RedlockGuard {
     lock: Redlock,
     /// The hold's owner id; `None` once released.
     owner: Option<Arc<str>>,
+    /// The granting round's requests: a release never overtakes a late
+    /// grant of that round on a slow node.
+    after: Vec<Tracked>,
     /// The largest fencing counter among the granting nodes.
     token: u64,
     /// Nodes that granted the hold.
@@ -955,7 +1066,7 @@ impl RedlockGuard {
     /// increasing across grants in all cases: two majorities share a node,
     /// but the largest counter of a later majority can be smaller than
     /// the largest of an earlier one (each node counts only the grants it
-    /// saw), and a node restarted without persistence counts from zero.
+    /// saw, failed rounds included).
     /// Within the algorithm's assumptions a later grant's token is larger
     /// than an earlier grant's token *on the node they share*; see
     /// docs/safety.md before relying on it for fencing.
@@ -1007,7 +1118,8 @@ impl RedlockGuard {
         };
         let lost_before = self.lease.is_lost();
         self.lease.mark_lost();
-        let tally = self.lock.release_everywhere(owner, Vec::new()).await;
+        let after = std::mem::take(&mut self.after);
+        let tally = self.lock.release_everywhere(owner, after).await;
         let inner = &self.lock.nodes.inner;
         if lost_before || tally.gone > inner.nodes.len() - inner.quorum {
             return Err(Error::NotHeld {
@@ -1032,11 +1144,12 @@ impl Drop for RedlockGuard {
         self.stop.cancel();
         if let Some(owner) = self.owner.take() {
             let lock = self.lock.clone();
+            let after = std::mem::take(&mut self.after);
             crate::task::detach(
                 "Redlock guard dropped",
                 "the lock stays until its lease runs out",
                 async move {
-                    lock.release_everywhere(owner, Vec::new()).await;
+                    lock.release_everywhere(owner, after).await;
                 },
             );
         }

@@ -49,7 +49,16 @@ async fn a_majority_grants_and_release_frees_every_node() {
         .await
         .unwrap()
         .is_none());
-    // ...and its failed round left nothing behind.
+    // ...and its failed round left nothing behind: the hash has one owner.
+    let mut conn = redis::Client::open(servers.urls()[0].as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let owners: Vec<String> = redis::cmd("HKEYS")
+        .arg("redlock:basic")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
     guard.release().await.unwrap();
     for url in servers.urls() {
         assert!(!held_on(&url, "redlock:basic"), "{url} freed");
@@ -275,7 +284,8 @@ async fn renewal_keeps_the_hold_and_signals_loss_of_the_majority() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_answering_gone_is_lost_at_once() {
     let servers = RedisNodes::start(3).unwrap();
-    let lease = Duration::from_millis(900);
+    // A long lease: its own end cannot be what fires the signal.
+    let lease = Duration::from_secs(6);
     let builders = servers
         .urls()
         .into_iter()
@@ -293,7 +303,8 @@ async fn a_majority_answering_gone_is_lost_at_once() {
             .unwrap();
         let _: () = conn.del("redlock:gone").unwrap();
     }
-    tokio::time::timeout(lease, guard.lost().wait())
+    // The next renewal round (every lease/3) finds it gone on a majority.
+    tokio::time::timeout(lease / 3 + Duration::from_secs(1), guard.lost().wait())
         .await
         .expect("the next renewal round finds it gone on a majority");
     assert_eq!(
@@ -397,6 +408,12 @@ async fn bad_input_is_refused_with_nothing_taken() {
     let twice = vec![urls[0].clone(), urls[1].clone(), urls[0].clone()];
     let err = RedlockNodes::connect(twice).await.unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+    // Two spellings of one server: caught by its run_id.
+    let alias = urls[0].replace("127.0.0.1", "localhost");
+    let err = RedlockNodes::connect(vec![urls[0].clone(), alias, urls[1].clone()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("same server"), "{err}");
     let err = RedlockNodes::connect(["redis://a:1", "not a url", "redis://b:2"])
         .await
         .unwrap_err();

@@ -182,10 +182,12 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 match outcome {
                     WriteOutcome::Accepted => {
                         report.writes_accepted += 1;
-                        writes
-                            .entry(lock.clone())
-                            .or_default()
-                            .push((*invoked, *t, *token, p.clone()));
+                        writes.entry(lock.clone()).or_default().push((
+                            *invoked,
+                            *t,
+                            *token,
+                            p.clone(),
+                        ));
                     }
                     WriteOutcome::Stale => report.writes_stale += 1,
                     WriteOutcome::Error => report.writes_indeterminate += 1,
@@ -247,8 +249,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     }
     // Rule 4a: told before releasing a hold that was gone.
     for hold in &holds {
-        if hold.release == Some(ReleaseOutcome::NotHeld) && hold.lost.is_none_or(|l| l > hold.end)
-        {
+        if hold.release == Some(ReleaseOutcome::NotHeld) && hold.lost.is_none_or(|l| l > hold.end) {
             report.violations.push(Violation {
                 rule: "unsignalled-loss",
                 t: hold.end,
@@ -427,23 +428,63 @@ mod tests {
     fn hold(p: &str, lock: &str, token: u64, at: u64, release: ReleaseOutcome) -> Vec<Event> {
         let t = at * MS;
         vec![
-            Event::AcquireInvoke { t, p: s(p), lock: s(lock) },
-            Event::AcquireOk { t: t + MS, p: s(p), lock: s(lock), token, valid_until: t + 900 * MS },
-            Event::Write { invoked: t + 2 * MS, t: t + 3 * MS, p: s(p), lock: s(lock), token, outcome: WriteOutcome::Accepted },
-            Event::ReleaseInvoke { t: t + 50 * MS, p: s(p), lock: s(lock), token },
-            Event::ReleaseDone { t: t + 51 * MS, p: s(p), lock: s(lock), token, outcome: release },
+            Event::AcquireInvoke {
+                t,
+                p: s(p),
+                lock: s(lock),
+            },
+            Event::AcquireOk {
+                t: t + MS,
+                p: s(p),
+                lock: s(lock),
+                token,
+                valid_until: t + 900 * MS,
+            },
+            Event::Write {
+                invoked: t + 2 * MS,
+                t: t + 3 * MS,
+                p: s(p),
+                lock: s(lock),
+                token,
+                outcome: WriteOutcome::Accepted,
+            },
+            Event::ReleaseInvoke {
+                t: t + 50 * MS,
+                p: s(p),
+                lock: s(lock),
+                token,
+            },
+            Event::ReleaseDone {
+                t: t + 51 * MS,
+                p: s(p),
+                lock: s(lock),
+                token,
+                outcome: release,
+            },
         ]
     }
 
     fn starts() -> Vec<Event> {
         vec![
-            Event::Start { t: 0, p: s("w1"), client: s("a") },
-            Event::Start { t: 0, p: s("w2"), client: s("b") },
+            Event::Start {
+                t: 0,
+                p: s("w1"),
+                client: s("a"),
+            },
+            Event::Start {
+                t: 0,
+                p: s("w2"),
+                client: s("b"),
+            },
         ]
     }
 
     fn rules(events: &[Event]) -> Vec<&'static str> {
-        check(events, LEASE).violations.iter().map(|v| v.rule).collect()
+        check(events, LEASE)
+            .violations
+            .iter()
+            .map(|v| v.rule)
+            .collect()
     }
 
     #[test]
@@ -470,9 +511,24 @@ mod tests {
     fn an_overlap_after_a_signalled_loss_is_not_a_violation() {
         let mut h = starts();
         let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::NotHeld);
-        a.insert(3, Event::Lost { t: 110 * MS, p: s("w1"), lock: s("x"), token: 10 });
+        a.insert(
+            3,
+            Event::Lost {
+                t: 110 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+            },
+        );
         // Its one write before the loss was accepted; a later one refused.
-        a.push(Event::Write { invoked: 130 * MS, t: 131 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Stale });
+        a.push(Event::Write {
+            invoked: 130 * MS,
+            t: 131 * MS,
+            p: s("w1"),
+            lock: s("x"),
+            token: 10,
+            outcome: WriteOutcome::Stale,
+        });
         h.extend(a);
         h.extend(hold("w2", "x", 11, 120, ReleaseOutcome::Ok));
         assert!(rules(&h).is_empty(), "{:?}", rules(&h));
@@ -494,7 +550,14 @@ mod tests {
         let mut h = starts();
         h.extend(hold("w2", "x", 11, 100, ReleaseOutcome::Ok));
         // An earlier holder (token 10, lost) writes late and is accepted.
-        h.push(Event::Write { invoked: 300 * MS, t: 301 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Accepted });
+        h.push(Event::Write {
+            invoked: 300 * MS,
+            t: 301 * MS,
+            p: s("w1"),
+            lock: s("x"),
+            token: 10,
+            outcome: WriteOutcome::Accepted,
+        });
         assert_eq!(rules(&h), vec!["stale-write"]);
     }
 
@@ -506,7 +569,17 @@ mod tests {
         // A write after the holder's own lease view ended, untold.
         let mut h = starts();
         let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::Ok);
-        a.insert(3, Event::Write { invoked: 1_500 * MS, t: 1_501 * MS, p: s("w1"), lock: s("x"), token: 10, outcome: WriteOutcome::Stale });
+        a.insert(
+            3,
+            Event::Write {
+                invoked: 1_500 * MS,
+                t: 1_501 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+                outcome: WriteOutcome::Stale,
+            },
+        );
         h.extend(a);
         assert!(rules(&h).contains(&"write-after-expiry"), "{:?}", rules(&h));
     }
@@ -514,13 +587,25 @@ mod tests {
     #[test]
     fn a_worker_that_never_recovers_is_reported() {
         let mut h = starts();
-        h.push(Event::FaultStart { t: 100 * MS, kind: s("black-hole"), target: s("w2") });
-        h.push(Event::FaultHeal { t: 1_000 * MS, kind: s("black-hole"), target: s("w2") });
+        h.push(Event::FaultStart {
+            t: 100 * MS,
+            kind: s("black-hole"),
+            target: s("w2"),
+        });
+        h.push(Event::FaultHeal {
+            t: 1_000 * MS,
+            kind: s("black-hole"),
+            target: s("w2"),
+        });
         // w1 is granted soon after the heal; w2 never again.
         h.extend(hold("w1", "x", 10, 1_200, ReleaseOutcome::Ok));
         h.extend(hold("w1", "x", 11, 3_500, ReleaseOutcome::Ok));
         let report = check(&h, LEASE);
-        let r: Vec<_> = report.violations.iter().map(|v| (v.rule, v.detail.contains("w2"))).collect();
+        let r: Vec<_> = report
+            .violations
+            .iter()
+            .map(|v| (v.rule, v.detail.contains("w2")))
+            .collect();
         assert_eq!(r, vec![("no-recovery", true)]);
         assert_eq!(report.longest_recovery_ms, 201);
         assert_eq!(report.faults.get("black-hole"), Some(&1));
@@ -532,10 +617,26 @@ mod tests {
     #[test]
     fn indeterminate_operations_prove_nothing() {
         let mut h = starts();
-        h.push(Event::AcquireInvoke { t: 10 * MS, p: s("w1"), lock: s("x") });
-        h.push(Event::AcquireFail { t: 2_010 * MS, p: s("w1"), lock: s("x"), error: s("timeout") });
+        h.push(Event::AcquireInvoke {
+            t: 10 * MS,
+            p: s("w1"),
+            lock: s("x"),
+        });
+        h.push(Event::AcquireFail {
+            t: 2_010 * MS,
+            p: s("w1"),
+            lock: s("x"),
+            error: s("timeout"),
+        });
         let mut a = hold("w2", "x", 10, 100, ReleaseOutcome::Error);
-        a.push(Event::Write { invoked: 105 * MS, t: 900 * MS, p: s("w2"), lock: s("x"), token: 10, outcome: WriteOutcome::Error });
+        a.push(Event::Write {
+            invoked: 105 * MS,
+            t: 900 * MS,
+            p: s("w2"),
+            lock: s("x"),
+            token: 10,
+            outcome: WriteOutcome::Error,
+        });
         h.extend(a);
         // A grant inside a hold whose release had no answer: not proven.
         h.extend(hold("w1", "x", 11, 120, ReleaseOutcome::Ok));

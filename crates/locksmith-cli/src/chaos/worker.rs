@@ -102,7 +102,13 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
 }
 
 /// One acquire -> writes -> release cycle on `name`.
-async fn hold_once(client: &Client, resource: &Client, name: &str, args: &WorkerArgs, rec: &Recorder) {
+async fn hold_once(
+    client: &Client,
+    resource: &Client,
+    name: &str,
+    args: &WorkerArgs,
+    rec: &Recorder,
+) {
     let p = rec.p.clone();
     let lock = match client.lock(name) {
         Ok(lock) => lock,
@@ -149,7 +155,12 @@ async fn hold_once(client: &Client, resource: &Client, name: &str, args: &Worker
         let (lost, rec, p, lock) = (guard.lost(), rec.clone(), p.clone(), name.to_owned());
         tokio::spawn(async move {
             lost.wait().await;
-            rec.record(Event::Lost { t: now(), p, lock, token });
+            rec.record(Event::Lost {
+                t: now(),
+                p,
+                lock,
+                token,
+            });
         })
     };
     let store = resource.fenced_store(format!("chaos-store:{name}"));

@@ -3,7 +3,7 @@
 //!
 //! Two ways to acquire:
 //! - **One script call**, when every member is a reentrant [`Lock`] of one
-//!   client whose keys live on one node (one server, a Sentinel primary,
+//!   client, with the same lease option, whose keys live on one node (one server, a Sentinel primary,
 //!   or one cluster slot, e.g. names sharing a `{hash tag}`): a single
 //!   atomic script checks every member and grants all or none (followed
 //!   by `WAIT` when the client asks for replica acknowledgements).
@@ -31,7 +31,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::{scripts, validate};
 
-/// Several reentrant locks taken all or nothing (see the module docs).
+/// Several locks of any kinds taken all or nothing (see the module docs).
 ///
 /// ```no_run
 /// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
@@ -371,7 +371,7 @@ impl MultiLock {
             // In its own task: if this future is dropped mid-call, the
             // task still records the outcome, and guards nobody takes are
             // dropped, which releases them.
-            let busy = match tokio::spawn(attempt_together(locks.clone())).await {
+            let busy = match tokio::spawn(attempt_together(locks.clone(), deadline)).await {
                 Ok(Ok(Together::Granted(guards))) => {
                     let cancelled =
                         std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready()))
@@ -436,13 +436,22 @@ enum Together {
 /// acknowledgements (a grant too few replicas saw is undone, as for a
 /// single lock). Each owner's state is held for the call, as [`Lock`]'s
 /// own acquire does.
-async fn attempt_together(locks: Vec<Lock>) -> Result<Together> {
+async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result<Together> {
     let client = locks[0].client().clone();
     client.ensure_background();
     let lease = locks[0].lease();
+    // Each owner's state, as its own acquire takes it; waiting for a
+    // release of this owner still settling in the background is bounded
+    // as there (the deadline, or what one attempt may take), then busy.
+    let own = client.config().command_timeout * ATTEMPTS as u32;
+    let bound = deadline.map_or(Instant::now() + own, |d| d.max(Instant::now() + own));
     let mut states = Vec::with_capacity(locks.len());
     for lock in &locks {
-        states.push(lock.shared.state.clone().lock_owned().await);
+        let locking = lock.shared.state.clone().lock_owned();
+        match tokio::time::timeout_at(bound, locking).await {
+            Ok(state) => states.push(state),
+            Err(_) => return Ok(Together::Busy(Duration::ZERO)),
+        }
     }
     let script = &*scripts::MULTI_ACQUIRE;
     let mut cmd = redis::cmd("EVALSHA");
@@ -537,20 +546,37 @@ async fn attempt_together(locks: Vec<Lock>) -> Result<Together> {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),
             _ => Duration::from_millis(100),
         })),
-        -2 => {
+        status @ (-2 | -3) => {
             let key = match reply.get(1) {
                 Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
                 _ => locks[0].name().to_owned(),
             };
-            Err(Error::WrongType { key })
+            Err(if status == -2 {
+                Error::WrongType { key }
+            } else {
+                Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Extension,
+                    "fencing counter is not an integer",
+                    key,
+                )))
+            })
         }
         _ => {
-            for mut state in states {
-                super::release::forget(&mut state);
-            }
-            Err(Error::NotHeld {
-                name: locks[0].name().to_owned(),
-            })
+            // Member i's owner count disagrees with the server (its hold
+            // was lost): that member starts over; the others are intact.
+            // 0: one send landed for some members only, which a single
+            // atomic call cannot do; nothing is forgotten.
+            let member = usize::try_from(int(1)).unwrap_or(0);
+            let name = match member.checked_sub(1).and_then(|i| locks.get(i)) {
+                Some(lock) => {
+                    if let Some(mut state) = states.into_iter().nth(member - 1) {
+                        super::release::forget(&mut state);
+                    }
+                    lock.name().to_owned()
+                }
+                None => locks[0].name().to_owned(),
+            };
+            Err(Error::NotHeld { name })
         }
     }
 }

@@ -1,8 +1,11 @@
 -- Shared prelude, prepended to every script that announces a change.
 -- announce(channel, message, mode) publishes the way the client's waiters
 -- (and Redisson's) listen: mode 'p' PUBLISH, 's' SPUBLISH (sharded, on a
--- cluster), 'b' both.
+-- cluster), 'b' both, 'n' neither (an undo of a grant nobody saw).
 local function announce(channel, message, mode)
+    if mode == 'n' then
+        return
+    end
     if mode ~= 's' then
         redis.call('publish', channel, message)
     end

@@ -10,7 +10,8 @@
 -- {0, pttl} some member is held by another owner (pttl: the longest
 -- remaining lease among those), nothing changed; {-1, i} member i's owner
 -- count disagrees with the server (a hold was lost), nothing changed;
--- {-2, key} a key holds another type, nothing changed.
+-- {-2, key} a key holds another type, {-3, key} a fencing counter is
+-- not an integer: nothing changed.
 -- Everything is checked before anything is written.
 local lease = ARGV[1]
 local n = #KEYS / 2
@@ -25,6 +26,11 @@ for i = 1, n do
     kind = redis.call('type', token_key)['ok']
     if kind ~= 'none' and kind ~= 'string' then
         return {-2, token_key}
+    end
+    local counter = redis.call('get', token_key)
+    if counter and not tonumber(counter) then
+        -- INCR would fail after other members were written.
+        return {-3, token_key}
     end
     local expected = tonumber(ARGV[2 * i + 1])
     local held = tonumber(redis.call('hget', key, ARGV[2 * i]) or '0')

@@ -24,11 +24,12 @@ async fn mutual_exclusion_across_two_clients(env: Env) {
     const TASKS: usize = 64;
     const ROUNDS: usize = 5;
     let max_token = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let min_token = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
     let mut tasks = Vec::new();
     for c in [a.clone(), b.clone()] {
         for _ in 0..TASKS {
             let c = c.clone();
-            let max_token = max_token.clone();
+            let (max_token, min_token) = (max_token.clone(), min_token.clone());
             let (name, counter) = (name.clone(), counter.clone());
             tasks.push(tokio::spawn(async move {
                 let mut conn = c.connection();
@@ -38,6 +39,7 @@ async fn mutual_exclusion_across_two_clients(env: Env) {
                     let prev = max_token
                         .fetch_max(guard.fencing_token(), std::sync::atomic::Ordering::SeqCst);
                     assert!(guard.fencing_token() > prev, "fencing token went backwards");
+                    min_token.fetch_min(guard.fencing_token(), std::sync::atomic::Ordering::SeqCst);
                     let v: Option<u64> = redis::cmd("GET")
                         .arg(&counter)
                         .query_async(&mut conn)
@@ -68,7 +70,12 @@ async fn mutual_exclusion_across_two_clients(env: Env) {
         .await
         .unwrap();
     assert_eq!(total, (2 * TASKS * ROUNDS) as u64);
-    assert_eq!(max_token.load(std::sync::atomic::Ordering::SeqCst), total);
+    // One new token per grant, consecutive (the first from the clock).
+    let (min, max) = (
+        min_token.load(std::sync::atomic::Ordering::SeqCst),
+        max_token.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    assert_eq!(max - min + 1, total);
     assert!(!a.lock(name).unwrap().is_locked().await.unwrap());
 }
 

@@ -1,0 +1,550 @@
+//! `locksmith chaos`: several worker processes loop acquire -> fenced
+//! writes -> release on a few shared lock names while a nemesis injects
+//! faults, then a checker verifies the recorded history (see
+//! [`checker`] for the rules) and the run's figures are printed and
+//! written as JSON.
+//!
+//! Faults (each at least once, in turn, then at random):
+//! - `kill`: SIGKILL of a worker holding a lock (a fresh worker takes its
+//!   place);
+//! - `pause`: SIGSTOP of a holder for longer than its lease, then SIGCONT;
+//! - `restart`: the lock server restarted without persistence (its data is
+//!   gone);
+//! - `black-hole`: one worker's connection forwards nothing for a while;
+//! - `latency`: one worker's connection delays every packet;
+//! - `failover` (with `--topology sentinel`): the primary is killed and
+//!   Sentinel promotes a replica.
+//!
+//! The fenced stores live on a separate server (the protected resource),
+//! which no fault touches. Everything is bounded: the run stops by itself
+//! after `--duration`, and every wait has a limit.
+
+pub(crate) mod checker;
+pub(crate) mod history;
+pub(crate) mod worker;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use locksmith_testkit::{FaultMode, FaultProxy, RedisServer, SentinelGroup};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rand::seq::IndexedRandom;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::exit::{self, CliError};
+use history::{now, Event};
+
+/// Where the lock server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Topology {
+    /// One server (faults: kill, pause, restart, black-hole, latency).
+    Single,
+    /// A Sentinel group: primary, 2 replicas, 3 Sentinels (faults: kill,
+    /// pause, failover).
+    Sentinel,
+}
+
+/// Arguments of `locksmith chaos`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ChaosArgs {
+    /// How long the workers run.
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_nonzero, default_value = "60s")]
+    duration: Duration,
+    /// Worker processes.
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(2..=32))]
+    workers: u32,
+    /// Lock names the workers share.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    names: u32,
+    /// Lock lease (watchdog-renewed).
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_nonzero, default_value = "1s")]
+    lease: Duration,
+    /// Where the lock server runs.
+    #[arg(long, value_enum, default_value_t = Topology::Single)]
+    topology: Topology,
+    /// Only these faults (comma-separated); default: all of the topology's.
+    #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
+    faults: Vec<String>,
+    /// Write the figures and violations here as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the merged history here (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// Run a deliberately broken lock (releases delete the lock whoever
+    /// holds it: no owner check) to show the checker catches it.
+    #[arg(long)]
+    broken_release: bool,
+}
+
+const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "latency"];
+/// Behind Sentinel the workers reach the primary directly (it moves on a
+/// failover), so the proxies' network faults do not apply.
+const SENTINEL_FAULTS: &[&str] = &["kill", "pause", "failover"];
+
+/// The lock deployment under test.
+enum Deployment {
+    Single(RedisServer),
+    Sentinel(Box<SentinelGroup>),
+}
+
+impl Deployment {
+    /// The address workers' proxies forward to, and the URL form workers
+    /// use (with the proxy address substituted).
+    fn target(&self) -> String {
+        match self {
+            Deployment::Single(s) => s.addr(),
+            Deployment::Sentinel(g) => g.sentinel_addrs()[0].clone(),
+        }
+    }
+
+    fn url_via(&self, proxy: &str) -> String {
+        match self {
+            Deployment::Single(_) => format!("redis://{proxy}"),
+            // The proxy stands in front of one Sentinel; the primary is
+            // reached directly.
+            Deployment::Sentinel(g) => format!(
+                "redis+sentinel://{proxy},{}/{}",
+                g.sentinel_addrs()[1..].join(","),
+                g.master_name()
+            ),
+        }
+    }
+}
+
+/// One worker slot: its proxy and its current process.
+struct Slot {
+    index: u32,
+    generation: u32,
+    proxy: FaultProxy,
+    child: Option<Child>,
+    name: String,
+}
+
+/// Runs the chaos test; exit 0 with no violations, 1 with some.
+///
+/// # Errors
+/// Bad options, or servers and workers that cannot be started.
+pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
+    let available = match args.topology {
+        Topology::Single => SINGLE_FAULTS,
+        Topology::Sentinel => SENTINEL_FAULTS,
+    };
+    let faults: Vec<&str> = if args.faults.is_empty() {
+        available.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for f in &args.faults {
+            match available.iter().find(|a| **a == f.trim()) {
+                Some(a) => chosen.push(*a),
+                None => {
+                    return Err(CliError::Usage(format!(
+                        "unknown fault {f:?} for {:?}; choose from {}",
+                        args.topology,
+                        available.join(", ")
+                    )))
+                }
+            }
+        }
+        chosen
+    };
+    let dir = tempfile_dir()?;
+    eprintln!("chaos: starting the servers...");
+    let topology = args.topology;
+    let (mut deployment, resource) = tokio::task::spawn_blocking(move || {
+        let deployment = match topology {
+            Topology::Single => Deployment::Single(RedisServer::start()?),
+            Topology::Sentinel => Deployment::Sentinel(Box::new(SentinelGroup::start()?)),
+        };
+        Ok::<_, std::io::Error>((deployment, RedisServer::start()?))
+    })
+    .await
+    .map_err(|e| CliError::Other(e.to_string()))?
+    .map_err(|e| CliError::Other(format!("cannot start the servers: {e}")))?;
+    let names: Vec<String> = (0..args.names).map(|i| format!("chaos:{i}")).collect();
+    let exe = std::env::current_exe().map_err(|e| CliError::Other(e.to_string()))?;
+
+    let mut slots = Vec::new();
+    for index in 0..args.workers {
+        let proxy = FaultProxy::start(&deployment.target())
+            .map_err(|e| CliError::Other(format!("cannot start a fault proxy: {e}")))?;
+        slots.push(Slot {
+            index,
+            generation: 0,
+            proxy,
+            child: None,
+            name: String::new(),
+        });
+    }
+    let started = Instant::now();
+    let end = started + args.duration;
+    let spawn = |slot: &mut Slot, deployment: &Deployment| -> Result<(), CliError> {
+        slot.name = format!("w{}.{}", slot.index, slot.generation);
+        let left = end.saturating_duration_since(Instant::now());
+        let child = Command::new(&exe)
+            .arg("chaos-worker")
+            .arg("--redis")
+            .arg(deployment.url_via(&slot.proxy.addr()))
+            .arg("--resource")
+            .arg(resource.url())
+            .arg("--names")
+            .arg(names.join(","))
+            .arg("--lease")
+            .arg(format!("{}ms", args.lease.as_millis()))
+            .arg("--duration")
+            .arg(format!("{}ms", left.as_millis().max(1)))
+            .arg("--name")
+            .arg(&slot.name)
+            .arg("--out")
+            .arg(dir.join(format!("{}.jsonl", slot.name)))
+            .args(args.broken_release.then_some("--broken-release"))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| CliError::Other(format!("cannot start a worker: {e}")))?;
+        slot.child = Some(child);
+        Ok(())
+    };
+    for slot in &mut slots {
+        spawn(slot, &deployment)?;
+    }
+    let mut events: Vec<Event> = Vec::new();
+    let mut round = 0usize;
+    // Let the workers get going before the first fault.
+    tokio::time::sleep(Duration::from_secs(2).min(args.duration / 4)).await;
+    // A fault and its recovery window must fit before the end.
+    let quiet = args.lease + Duration::from_millis(1500);
+    loop {
+        let kind = if round < faults.len() {
+            faults[round]
+        } else {
+            faults.choose(&mut rand::rng()).copied().unwrap_or("kill")
+        };
+        // Room for the fault itself and the recovery window after it.
+        let needs = if kind == "failover" {
+            Duration::from_secs(35)
+        } else {
+            args.lease * 2 + Duration::from_secs(1)
+        };
+        if Instant::now() + needs + quiet > end {
+            break;
+        }
+        round += 1;
+        let fault = inject(
+            kind,
+            &mut slots,
+            &mut deployment,
+            &names,
+            &dir,
+            args.lease,
+            &mut events,
+        )
+        .await;
+        match fault {
+            Ok(Some(respawn)) => {
+                // A killed worker's slot gets a fresh process.
+                let slot = &mut slots[respawn];
+                slot.generation += 1;
+                spawn(slot, &deployment)?;
+                let target = slot.name.clone();
+                events.push(Event::FaultHeal {
+                    t: now(),
+                    kind: kind.into(),
+                    target,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!("chaos: {kind} fault failed: {e}"),
+        }
+        let pause = quiet + Duration::from_millis(rand::random_range(0..1000));
+        if Instant::now() + pause >= end {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    // The workers stop by themselves at the end; bound the wait.
+    for slot in &mut slots {
+        if let Some(child) = slot.child.as_mut() {
+            let limit = end.saturating_duration_since(Instant::now()) + Duration::from_secs(15);
+            if tokio::time::timeout(limit, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+    // Merge every worker's history with the nemesis's.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| CliError::Other(e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for file in files {
+        events.extend(history::read(&file).map_err(|e| CliError::Other(e.to_string()))?);
+    }
+    events.sort_by_key(Event::t);
+    if let Some(path) = &args.history {
+        let mut text = String::new();
+        for e in &events {
+            text.push_str(&serde_json::to_string(e).unwrap_or_default());
+            text.push('\n');
+        }
+        std::fs::write(path, text).map_err(|e| CliError::Other(e.to_string()))?;
+    }
+    let report = checker::check(&events, args.lease);
+    print_report(&report, &args, started.elapsed());
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "duration_s": started.elapsed().as_secs_f64(),
+            "workers": args.workers,
+            "names": args.names,
+            "lease_ms": args.lease.as_millis() as u64,
+            "topology": format!("{:?}", args.topology).to_lowercase(),
+            "broken_release": args.broken_release,
+            "report": report,
+        });
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).unwrap_or_default(),
+        )
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    drop((deployment, resource));
+    Ok(if report.violations.is_empty() {
+        0
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+/// A private directory for the workers' history files.
+fn tempfile_dir() -> Result<PathBuf, CliError> {
+    let dir =
+        std::env::temp_dir().join(format!("locksmith-chaos-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::Other(e.to_string()))?;
+    Ok(dir)
+}
+
+/// The worker slots whose current process holds a lock now (by the owner
+/// fields on the lock server, matched to each worker's client id).
+async fn holders(
+    slots: &[Slot],
+    deployment: &Deployment,
+    names: &[String],
+    dir: &std::path::Path,
+) -> Vec<usize> {
+    let url = match deployment {
+        Deployment::Single(s) => s.url(),
+        Deployment::Sentinel(g) => g.primary_url(),
+    };
+    let Ok(client) = redis::Client::open(url) else {
+        return Vec::new();
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return Vec::new();
+    };
+    let mut owners = Vec::new();
+    for name in names {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        owners.extend(fields);
+    }
+    let mut found = Vec::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let events = history::read(&dir.join(format!("{}.jsonl", slot.name))).unwrap_or_default();
+        let client = events.iter().find_map(|e| match e {
+            Event::Start { client, .. } => Some(client.clone()),
+            _ => None,
+        });
+        if let Some(client) = client {
+            if owners.iter().any(|o| o.starts_with(&client)) {
+                found.push(i);
+            }
+        }
+    }
+    found
+}
+
+/// Injects one fault of `kind` and waits until it healed. Answers the slot
+/// to respawn for a kill (its heal is recorded by the caller, after the
+/// respawn).
+async fn inject(
+    kind: &str,
+    slots: &mut [Slot],
+    deployment: &mut Deployment,
+    names: &[String],
+    dir: &std::path::Path,
+    lease: Duration,
+    events: &mut Vec<Event>,
+) -> Result<Option<usize>, String> {
+    let pick = |candidates: Vec<usize>, slots: &[Slot]| -> usize {
+        candidates
+            .choose(&mut rand::rng())
+            .copied()
+            .unwrap_or_else(|| rand::random_range(0..slots.len()))
+    };
+    match kind {
+        "kill" | "pause" => {
+            // Prefer a worker that holds a lock now.
+            let mut chosen = None;
+            for _ in 0..20 {
+                let held = holders(slots, deployment, names, dir).await;
+                if !held.is_empty() {
+                    chosen = Some(pick(held, slots));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let i = chosen.unwrap_or_else(|| pick(Vec::new(), slots));
+            let slot = &mut slots[i];
+            let Some(pid) = slot.child.as_ref().and_then(Child::id) else {
+                return Err("worker has no process".into());
+            };
+            let pid = Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?);
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+            });
+            if kind == "kill" {
+                kill(pid, Signal::SIGKILL).map_err(|e| e.to_string())?;
+                events.push(Event::Killed {
+                    t: now(),
+                    p: slot.name.clone(),
+                });
+                if let Some(mut child) = slot.child.take() {
+                    let _ = child.wait().await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(Some(i));
+            }
+            kill(pid, Signal::SIGSTOP).map_err(|e| e.to_string())?;
+            tokio::time::sleep(lease + lease / 2).await;
+            kill(pid, Signal::SIGCONT).map_err(|e| e.to_string())?;
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+            });
+        }
+        "black-hole" | "latency" => {
+            let i = rand::random_range(0..slots.len());
+            let slot = &slots[i];
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+            });
+            slot.proxy.set_mode(if kind == "black-hole" {
+                FaultMode::BlackHole
+            } else {
+                FaultMode::Latency(Duration::from_millis(100))
+            });
+            tokio::time::sleep(lease + lease / 2).await;
+            slot.proxy.set_mode(FaultMode::Pass);
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+            });
+        }
+        "restart" => {
+            let Deployment::Single(server) = deployment else {
+                return Err("restart needs the single topology".into());
+            };
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: "lock server".into(),
+            });
+            tokio::task::block_in_place(|| server.restart()).map_err(|e| e.to_string())?;
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: "lock server".into(),
+            });
+        }
+        "failover" => {
+            let Deployment::Sentinel(group) = deployment else {
+                return Err("failover needs the sentinel topology".into());
+            };
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: "primary".into(),
+            });
+            tokio::task::block_in_place(|| {
+                group.kill_primary();
+                group.wait_for_failover(Duration::from_secs(30))
+            })
+            .map_err(|e| e.to_string())?;
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: "primary".into(),
+            });
+        }
+        other => return Err(format!("unknown fault {other}")),
+    }
+    Ok(None)
+}
+
+fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
+    println!(
+        "locksmith chaos: {:?} topology, {} workers, {} names, lease {:?}, {:.0} s{}",
+        args.topology,
+        args.workers,
+        args.names,
+        args.lease,
+        elapsed.as_secs_f64(),
+        if args.broken_release {
+            ", BROKEN release (no owner check)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  events {}  acquires {}  grants {}  indeterminate acquires {}",
+        report.events, report.acquires, report.grants, report.indeterminate_acquires
+    );
+    println!(
+        "  fenced writes: accepted {}  refused stale {}  indeterminate {}",
+        report.writes_accepted, report.writes_stale, report.writes_indeterminate
+    );
+    println!(
+        "  losses signalled {}  releases answered not-held {}",
+        report.losses_signalled, report.releases_not_held
+    );
+    let faults: Vec<String> = report
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "  faults: {}",
+        if faults.is_empty() {
+            "none".into()
+        } else {
+            faults.join(", ")
+        }
+    );
+    println!(
+        "  longest recovery after a fault: {} ms (limit: lease + 1 s)",
+        report.longest_recovery_ms
+    );
+    println!("  violations: {}", report.violations.len());
+    for v in report.violations.iter().take(20) {
+        println!("    [{}] {}", v.rule, v.detail);
+    }
+    if report.violations.len() > 20 {
+        println!("    ... {} more", report.violations.len() - 20);
+    }
+}
