@@ -482,8 +482,12 @@ async fn inject(
                 target: "primary".into(),
             });
             tokio::task::block_in_place(|| {
+                let old = group.primary_index();
                 group.kill_primary();
-                group.wait_for_failover(Duration::from_secs(30))
+                group.wait_for_failover(Duration::from_secs(30))?;
+                // The old primary comes back empty; the Sentinels make it a
+                // replica of the new one, so the next failover has one.
+                group.node(old).restart()
             })
             .map_err(|e| e.to_string())?;
             events.push(Event::FaultHeal {
