@@ -62,6 +62,9 @@ pub(crate) struct Report {
     /// Longest time from a fault healing to the last live worker's next
     /// grant, in milliseconds.
     pub(crate) longest_recovery_ms: u64,
+    /// Longest time from a fault's start to its heal, by kind, in
+    /// milliseconds (how long the nemesis kept the system impaired).
+    pub(crate) longest_fault_ms: BTreeMap<String, u64>,
     /// Every violation found.
     pub(crate) violations: Vec<Violation>,
 }
@@ -111,6 +114,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut writes: BTreeMap<String, Vec<(u64, u64, u64, String)>> = BTreeMap::new();
     let mut ended: HashMap<String, u64> = HashMap::new();
     let mut started: HashMap<String, u64> = HashMap::new();
+    let mut fault_began: HashMap<String, u64> = HashMap::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -229,10 +233,17 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     holds[i].release = Some(*outcome);
                 }
             }
-            Event::FaultStart { kind, .. } => {
+            Event::FaultStart { t, kind, .. } => {
                 *report.faults.entry(kind.clone()).or_default() += 1;
+                fault_began.insert(kind.clone(), *t);
             }
-            Event::FaultHeal { .. } => {}
+            Event::FaultHeal { t, kind, .. } => {
+                if let Some(began) = fault_began.remove(kind) {
+                    let ms = (*t).saturating_sub(began) / 1_000_000;
+                    let longest = report.longest_fault_ms.entry(kind.clone()).or_default();
+                    *longest = (*longest).max(ms);
+                }
+            }
         }
     }
 

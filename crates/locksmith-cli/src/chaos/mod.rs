@@ -227,7 +227,7 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         };
         // Room for the fault itself and the recovery window after it.
         let needs = if kind == "failover" {
-            Duration::from_secs(35)
+            Duration::from_secs(45)
         } else {
             args.lease * 2 + Duration::from_secs(1)
         };
@@ -487,7 +487,11 @@ async fn inject(
                 group.wait_for_failover(Duration::from_secs(30))?;
                 // The old primary comes back empty; the Sentinels make it a
                 // replica of the new one, so the next failover has one.
-                group.node(old).restart()
+                group.node(old).restart()?;
+                // Healed once the replicas are in sync again: until then a
+                // grant cannot reach the replica acknowledgement the
+                // clients ask for (WAIT), and is refused as NotReplicated.
+                group.wait_replicas_in_sync(Duration::from_secs(60))
             })
             .map_err(|e| e.to_string())?;
             events.push(Event::FaultHeal {
