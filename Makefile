@@ -46,9 +46,11 @@ bench-redlock: setup
 bench-multi: setup
 	$(CARGO) run --release -p locksmith-cli -- bench --multi
 
-# The chaos suite, long form: 10 minutes under every single-server fault,
-# then 3 minutes behind Sentinel with failovers; figures in target/chaos/.
+# The chaos suite, long form (10 minutes): 6 minutes under every
+# single-server fault, then 2 behind Sentinel and 2 on a Cluster with
+# failovers; figures as JSON in target/chaos/.
 chaos: setup
 	mkdir -p target/chaos
-	$(CARGO) run --release -p locksmith-cli -- chaos --duration 10m --json target/chaos/single.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --topology sentinel --duration 3m --json target/chaos/sentinel.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --duration 6m --json target/chaos/single.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --topology sentinel --duration 2m --json target/chaos/sentinel.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --topology cluster --duration 2m --json target/chaos/cluster.json

@@ -147,7 +147,8 @@ enum Command {
     /// Examples:
     ///   locksmith chaos --duration 60s
     ///   locksmith chaos --duration 10m --json chaos.json
-    ///   locksmith chaos --topology sentinel --duration 3m
+    ///   locksmith chaos --topology sentinel --duration 2m
+    ///   locksmith chaos --topology cluster --duration 2m
     ///   locksmith chaos --broken-release --faults pause   (shows the checker catching a broken lock)
     #[cfg(feature = "bench")]
     #[command(verbatim_doc_comment)]

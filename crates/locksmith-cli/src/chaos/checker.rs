@@ -384,7 +384,8 @@ fn recovery(
         .collect();
     let fault_starts: Vec<u64> = events
         .iter()
-        .filter_map(|e| matches!(e, Event::FaultStart { .. }).then(|| e.t()))
+        .filter(|e| matches!(e, Event::FaultStart { .. }))
+        .map(|e| e.t())
         .collect();
     let mut grants: HashMap<&str, Vec<u64>> = HashMap::new();
     for e in events {

@@ -12,8 +12,9 @@
 //!   gone);
 //! - `black-hole`: one worker's connection forwards nothing for a while;
 //! - `latency`: one worker's connection delays every packet;
-//! - `failover` (with `--topology sentinel`): the primary is killed and
-//!   Sentinel promotes a replica.
+//! - `failover` (with `--topology sentinel` or `cluster`): a primary is
+//!   killed and Sentinel (or the cluster) promotes its replica; the killed
+//!   node comes back as a replica.
 //!
 //! The fenced stores live on a separate server (the protected resource),
 //! which no fault touches. Everything is bounded: the run stops by itself
@@ -27,7 +28,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use locksmith_testkit::{FaultMode, FaultProxy, RedisServer, SentinelGroup};
+use locksmith_testkit::{FaultMode, FaultProxy, RedisCluster, RedisServer, SentinelGroup};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rand::seq::IndexedRandom;
@@ -45,6 +46,9 @@ pub(crate) enum Topology {
     /// A Sentinel group: primary, 2 replicas, 3 Sentinels (faults: kill,
     /// pause, failover).
     Sentinel,
+    /// A 3-primary cluster, a replica each (faults: kill, pause, failover:
+    /// a primary killed, its replica promoted by the cluster).
+    Cluster,
 }
 
 /// Arguments of `locksmith chaos`.
@@ -86,11 +90,14 @@ const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "late
 /// Behind Sentinel the workers reach the primary directly (it moves on a
 /// failover), so the proxies' network faults do not apply.
 const SENTINEL_FAULTS: &[&str] = &["kill", "pause", "failover"];
+/// On a cluster the workers reach every primary directly, likewise.
+const CLUSTER_FAULTS: &[&str] = &["kill", "pause", "failover"];
 
 /// The lock deployment under test.
 enum Deployment {
     Single(RedisServer),
     Sentinel(Box<SentinelGroup>),
+    Cluster(Box<RedisCluster>),
 }
 
 impl Deployment {
@@ -100,6 +107,7 @@ impl Deployment {
         match self {
             Deployment::Single(s) => s.addr(),
             Deployment::Sentinel(g) => g.sentinel_addrs()[0].clone(),
+            Deployment::Cluster(c) => c.addrs()[0].clone(),
         }
     }
 
@@ -113,6 +121,9 @@ impl Deployment {
                 g.sentinel_addrs()[1..].join(","),
                 g.master_name()
             ),
+            // Every node is a seed; the proxy is not used (nodes are
+            // reached at the addresses the cluster announces).
+            Deployment::Cluster(c) => format!("redis+cluster://{}", c.addrs().join(",")),
         }
     }
 }
@@ -134,6 +145,7 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
     let available = match args.topology {
         Topology::Single => SINGLE_FAULTS,
         Topology::Sentinel => SENTINEL_FAULTS,
+        Topology::Cluster => CLUSTER_FAULTS,
     };
     let faults: Vec<&str> = if args.faults.is_empty() {
         available.to_vec()
@@ -160,6 +172,7 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         let deployment = match topology {
             Topology::Single => Deployment::Single(RedisServer::start()?),
             Topology::Sentinel => Deployment::Sentinel(Box::new(SentinelGroup::start()?)),
+            Topology::Cluster => Deployment::Cluster(Box::new(RedisCluster::start()?)),
         };
         Ok::<_, std::io::Error>((deployment, RedisServer::start()?))
     })
@@ -338,18 +351,22 @@ async fn holders(
     names: &[String],
     dir: &std::path::Path,
 ) -> Vec<usize> {
-    let url = match deployment {
-        Deployment::Single(s) => s.url(),
-        Deployment::Sentinel(g) => g.primary_url(),
-    };
-    let Ok(client) = redis::Client::open(url) else {
-        return Vec::new();
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-        return Vec::new();
-    };
     let mut owners = Vec::new();
     for name in names {
+        let url = match deployment {
+            Deployment::Single(s) => s.url(),
+            Deployment::Sentinel(g) => g.primary_url(),
+            Deployment::Cluster(c) => match c.node_for_key(name) {
+                Ok(i) => c.nodes()[i].url(),
+                Err(_) => continue,
+            },
+        };
+        let Ok(client) = redis::Client::open(url) else {
+            continue;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
         let fields: Vec<String> = redis::cmd("HKEYS")
             .arg(name)
             .query_async(&mut conn)
@@ -472,9 +489,38 @@ async fn inject(
                 target: "lock server".into(),
             });
         }
+        "failover" if matches!(deployment, Deployment::Cluster(_)) => {
+            let Deployment::Cluster(cluster) = deployment else {
+                return Err("unreachable".into());
+            };
+            let primaries = cluster.primaries().map_err(|e| e.to_string())?;
+            let primary = primaries
+                .choose(&mut rand::rng())
+                .copied()
+                .ok_or("no primary")?;
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: format!("primary {primary}"),
+            });
+            tokio::task::block_in_place(|| {
+                cluster.kill_primary(primary)?;
+                // The killed node comes back as the new primary's replica;
+                // healed once the cluster is ok with every replica linked
+                // (grants wait for a replica's acknowledgement).
+                cluster.node(primary).restart()?;
+                cluster.wait_ok(Duration::from_secs(60))
+            })
+            .map_err(|e| e.to_string())?;
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: format!("primary {primary}"),
+            });
+        }
         "failover" => {
             let Deployment::Sentinel(group) = deployment else {
-                return Err("failover needs the sentinel topology".into());
+                return Err("failover needs the sentinel or cluster topology".into());
             };
             events.push(Event::FaultStart {
                 t: now(),
