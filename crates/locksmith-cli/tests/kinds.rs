@@ -137,7 +137,16 @@ fn several_locks_are_taken_together_or_not_at_all() {
         ],
     );
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert_eq!(out.stdout.trim(), "from,to 1,1", "names in canonical order");
+    // Names in canonical order; each token a new counter's first (from
+    // the server clock).
+    let (names, tokens) = out.stdout.trim().split_once(' ').unwrap();
+    assert_eq!(names, "from,to", "names in canonical order");
+    let tokens: Vec<u64> = tokens.split(',').map(|t| t.parse().unwrap()).collect();
+    assert_eq!(tokens.len(), 2);
+    assert!(
+        tokens.iter().all(|t| *t > 1_700_000_000_000_000),
+        "{tokens:?}"
+    );
     // One member busy: exit 75 and the other member is not kept.
     let holder = locksmith(&server)
         .args(["run", "--lock", "to", "--", "sleep", "2"])

@@ -6,15 +6,21 @@
 //!    invoked has a smaller fencing token;
 //! 2. **stale write**: per lock, the fenced store never accepts a token
 //!    lower than one it had accepted before the write was sent;
-//! 3. **overlap**: two holds of one lock overlap only if the earlier one
-//!    was lost (its release found it gone, or its process died or could not
-//!    confirm): a hold whose release the server confirmed was held
-//!    alone throughout;
-//! 4. **unsignalled loss**: a hold the server says was lost must have seen
-//!    its lost signal before it released, and no hold writes after its own
-//!    view of its lease (`valid_until`) ran out without having seen it;
+//! 3. **overlap**: a grant inside another hold of the same lock is a
+//!    violation when the server confirmed that hold at its release, or when
+//!    the earlier holder's own view of its lease (`valid_until`, never later
+//!    than the server's expiry) had not ended at the grant, unless the lock
+//!    server lost its data in between (a restart or failover fault);
+//! 4. **unsignalled loss**: a holder still holding when its own lease view
+//!    ends must hear its lost signal by then (within [`SIGNAL_SLACK`] for
+//!    timers and scheduling, or that long after the process was resumed if
+//!    the nemesis had it stopped across that instant); and no write goes
+//!    out after its lease view ended unless it had been told;
 //! 5. **recovery**: after each fault heals, every live worker is granted a
 //!    lock again within lease + 1 s.
+//!
+//! A fault that could not be injected, and a worker that failed by itself,
+//! are reported too: such a run proves less than it claims.
 //!
 //! Acquires that time out or fail, writes and releases without an answer
 //! are indeterminate: they neither prove nor break a rule.
@@ -25,6 +31,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::history::{Event, ReleaseOutcome, WriteOutcome};
+
+/// How late after its lease view ended a lost signal may be recorded
+/// (timer resolution, scheduling on a loaded machine, the record itself).
+pub(crate) const SIGNAL_SLACK: Duration = Duration::from_millis(250);
 
 /// One broken promise.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,6 +75,12 @@ pub(crate) struct Report {
     /// Longest time from a fault's start to its heal, by kind, in
     /// milliseconds (how long the nemesis kept the system impaired).
     pub(crate) longest_fault_ms: BTreeMap<String, u64>,
+    /// Kill and pause faults whose target held a lock when hit.
+    pub(crate) holder_faults: usize,
+    /// Fault heals whose recovery window was checked / skipped (another
+    /// fault inside it, or the run ended first).
+    pub(crate) recoveries_checked: usize,
+    pub(crate) recoveries_skipped: usize,
     /// Every violation found.
     pub(crate) violations: Vec<Violation>,
 }
@@ -81,19 +97,27 @@ struct Hold {
     end: u64,
     /// (when recorded, lease valid until), in order.
     valid: Vec<(u64, u64)>,
+    /// First time the holder learned of a loss (signal or poll).
     lost: Option<u64>,
+    /// First time its lost signal fired.
+    signalled: Option<u64>,
     release: Option<ReleaseOutcome>,
 }
 
 impl Hold {
-    /// The holder's latest view of its lease end recorded at or before `t`.
+    /// The holder's most recent view of its lease end recorded at or
+    /// before `t` (views can move earlier as well as later).
     fn valid_until_at(&self, t: u64) -> u64 {
         self.valid
             .iter()
             .filter(|(at, _)| *at <= t)
-            .map(|(_, until)| *until)
-            .max()
-            .unwrap_or(0)
+            .max_by_key(|(at, _)| *at)
+            .map_or(0, |(_, until)| *until)
+    }
+
+    /// Its last lease view.
+    fn last_view(&self) -> u64 {
+        self.valid_until_at(u64::MAX)
     }
 }
 
@@ -115,10 +139,14 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut ended: HashMap<String, u64> = HashMap::new();
     let mut started: HashMap<String, u64> = HashMap::new();
     let mut fault_began: HashMap<String, u64> = HashMap::new();
+    // (process, stopped, resumed) of each pause fault.
+    let mut pauses: Vec<(String, u64, u64)> = Vec::new();
+    // When the lock server lost its data (restart, failover).
+    let mut data_loss: Vec<u64> = Vec::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
-                started.insert(p.clone(), *t);
+                started.entry(p.clone()).or_insert(*t);
             }
             Event::Exit { t, p } | Event::Killed { t, p } => {
                 ended.entry(p.clone()).or_insert(*t);
@@ -153,6 +181,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     end: u64::MAX,
                     valid: vec![(*t, *valid_until)],
                     lost: None,
+                    signalled: None,
                     release: None,
                 });
             }
@@ -167,11 +196,19 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     holds[i].valid.push((*t, *valid_until));
                 }
             }
-            Event::Lost { t, p, lock, token } => {
+            Event::Lost {
+                t,
+                p,
+                lock,
+                token,
+                source,
+            } => {
                 if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
-                    if holds[i].lost.is_none() {
+                    let hold = &mut holds[i];
+                    hold.lost.get_or_insert(*t);
+                    if source == "signal" && hold.signalled.is_none() {
                         report.losses_signalled += 1;
-                        holds[i].lost = Some(*t);
+                        hold.signalled = Some(*t);
                     }
                 }
             }
@@ -233,11 +270,53 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     holds[i].release = Some(*outcome);
                 }
             }
-            Event::FaultStart { t, kind, .. } => {
+            Event::FaultStart {
+                t,
+                kind,
+                target,
+                holder,
+            } => {
                 *report.faults.entry(kind.clone()).or_default() += 1;
                 fault_began.insert(kind.clone(), *t);
+                if *holder {
+                    report.holder_faults += 1;
+                }
+                if kind == "pause" {
+                    pauses.push((target.clone(), *t, u64::MAX));
+                }
+                if kind == "restart" || kind == "failover" {
+                    data_loss.push(*t);
+                }
             }
-            Event::FaultHeal { t, kind, .. } => {
+            Event::FaultFailed { t, kind, error } => {
+                report.violations.push(Violation {
+                    rule: "fault-failed",
+                    t: *t,
+                    detail: format!(
+                        "the {kind} fault could not be injected or did not heal: {error}"
+                    ),
+                });
+            }
+            Event::WorkerFailed { t, p, status } => {
+                report.violations.push(Violation {
+                    rule: "worker-failed",
+                    t: *t,
+                    detail: format!("worker {p} failed by itself: {status}"),
+                });
+            }
+            Event::Spawned { t, p } => {
+                started.entry(p.clone()).or_insert(*t);
+            }
+            Event::FaultHeal { t, kind, target } => {
+                if kind == "pause" {
+                    if let Some(pause) = pauses
+                        .iter_mut()
+                        .rev()
+                        .find(|(p, _, end)| p == target && *end == u64::MAX)
+                    {
+                        pause.2 = *t;
+                    }
+                }
                 if let Some(began) = fault_began.remove(kind) {
                     let ms = (*t).saturating_sub(began) / 1_000_000;
                     let longest = report.longest_fault_ms.entry(kind.clone()).or_default();
@@ -253,20 +332,44 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     }
     for (lock, list) in &per_lock {
         token_order(lock, list, &mut report.violations);
-        overlaps(lock, list, &mut report.violations);
+        overlaps(lock, list, &data_loss, &mut report.violations);
     }
     for (lock, list) in &writes {
         stale_writes(lock, list, &mut report.violations);
     }
-    // Rule 4a: told before releasing a hold that was gone.
+    // Rule 4a: a holder still holding when its lease view ends hears its
+    // lost signal by then (or right after being resumed).
+    let slack = SIGNAL_SLACK.as_nanos() as u64;
     for hold in &holds {
-        if hold.release == Some(ReleaseOutcome::NotHeld) && hold.lost.is_none_or(|l| l > hold.end) {
+        let view = hold.last_view();
+        if hold.end <= view || view == 0 || view > history_end {
+            continue;
+        }
+        let resumed = pauses
+            .iter()
+            .filter(|(p, stopped, _)| *p == hold.p && *stopped <= view)
+            .map(|(_, _, resumed)| *resumed)
+            .find(|resumed| *resumed >= view);
+        let limit = resumed.unwrap_or(view).saturating_add(slack);
+        // A hold that ended before the limit proves nothing either way
+        // (its watcher stops with the release).
+        if limit > history_end || hold.end < limit {
+            continue;
+        }
+        if hold.signalled.is_none_or(|s| s > limit) {
             report.violations.push(Violation {
                 rule: "unsignalled-loss",
-                t: hold.end,
+                t: view,
                 detail: format!(
-                    "{} released {:?} (token {}) and heard it was gone, but its lost signal had not fired",
-                    hold.p, hold.lock, hold.token
+                    "{} held {:?} (token {}) past its lease view without its lost signal within {:?}{}",
+                    hold.p,
+                    hold.lock,
+                    hold.token,
+                    SIGNAL_SLACK,
+                    match hold.signalled {
+                        Some(s) => format!(" (it fired {:.1} ms after the limit)", (s - limit) as f64 / 1e6),
+                        None => " (it never fired)".into(),
+                    }
                 ),
             });
         }
@@ -337,28 +440,40 @@ fn stale_writes(lock: &str, writes: &[(u64, u64, u64, String)], out: &mut Vec<Vi
     }
 }
 
-/// Rule 3: a later grant inside a hold the server confirmed at release.
-fn overlaps(lock: &str, holds: &[&Hold], out: &mut Vec<Violation>) {
+/// Rule 3: a later grant inside a hold the server confirmed at release, or
+/// before the earlier holder's own lease view ended (no data loss between).
+fn overlaps(lock: &str, holds: &[&Hold], data_loss: &[u64], out: &mut Vec<Violation>) {
     let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.granted);
     for (i, a) in sorted.iter().enumerate() {
-        if a.release != Some(ReleaseOutcome::Ok) {
-            continue;
-        }
         for b in &sorted[i + 1..] {
             if b.granted >= a.end {
                 break;
+            }
+            let confirmed = a.release == Some(ReleaseOutcome::Ok);
+            let view = a.valid_until_at(b.granted);
+            let lost_data = data_loss.iter().any(|&t| t > a.granted && t <= b.granted);
+            let within_view = b.granted < view && !lost_data;
+            if !confirmed && !within_view {
+                continue;
             }
             out.push(Violation {
                 rule: "overlap",
                 t: b.granted,
                 detail: format!(
-                    "{lock:?}: {} was granted (token {}) while {} held it (token {}, released {:.1} ms later and the server confirmed the hold)",
+                    "{lock:?}: {} was granted (token {}) while {} held it (token {}): {}",
                     b.p,
                     b.token,
                     a.p,
                     a.token,
-                    (a.end - b.granted) as f64 / 1e6
+                    if confirmed {
+                        "the server confirmed the earlier hold at its release".to_owned()
+                    } else {
+                        format!(
+                            "the earlier holder's lease view had {:.1} ms left",
+                            (view - b.granted) as f64 / 1e6
+                        )
+                    }
                 ),
             });
         }
@@ -398,13 +513,15 @@ fn recovery(
         // The run must have gone on long enough, and no other fault may
         // start inside the window.
         if deadline > history_end || fault_starts.iter().any(|&s| s > healed && s < deadline) {
+            report.recoveries_skipped += 1;
             continue;
         }
+        report.recoveries_checked += 1;
         for (p, &start) in started {
             if start > deadline || ended.get(p).is_some_and(|&e| e < deadline) {
                 continue;
             }
-            let from = healed.max(start);
+            let from = healed;
             let next = grants
                 .get(p.as_str())
                 .and_then(|ts| ts.iter().copied().find(|&t| t >= from));
@@ -522,28 +639,67 @@ mod tests {
     #[test]
     fn an_overlap_after_a_signalled_loss_is_not_a_violation() {
         let mut h = starts();
-        let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::NotHeld);
-        a.insert(
-            3,
+        // w1's lease view ends at 115 ms; it hears the signal at 116 ms;
+        // its release finds the lock gone. w2 is granted at 121 ms.
+        h.extend([
+            Event::AcquireInvoke {
+                t: 100 * MS,
+                p: s("w1"),
+                lock: s("x"),
+            },
+            Event::AcquireOk {
+                t: 101 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+                valid_until: 115 * MS,
+            },
+            Event::Write {
+                invoked: 102 * MS,
+                t: 103 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+                outcome: WriteOutcome::Accepted,
+            },
             Event::Lost {
-                t: 110 * MS,
+                t: 116 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+                source: s("signal"),
+            },
+            Event::ReleaseInvoke {
+                t: 150 * MS,
                 p: s("w1"),
                 lock: s("x"),
                 token: 10,
             },
-        );
-        // Its one write before the loss was accepted; a later one refused.
-        a.push(Event::Write {
-            invoked: 130 * MS,
-            t: 131 * MS,
-            p: s("w1"),
-            lock: s("x"),
-            token: 10,
-            outcome: WriteOutcome::Stale,
-        });
-        h.extend(a);
+            Event::ReleaseDone {
+                t: 151 * MS,
+                p: s("w1"),
+                lock: s("x"),
+                token: 10,
+                outcome: ReleaseOutcome::NotHeld,
+            },
+        ]);
         h.extend(hold("w2", "x", 11, 120, ReleaseOutcome::Ok));
         assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+        // The same grant while w1's lease view still had time left is an
+        // overlap, whatever w1 learned later...
+        let mut early = h.clone();
+        if let Event::AcquireOk { valid_until, .. } = &mut early[3] {
+            *valid_until = 900 * MS;
+        }
+        assert!(rules(&early).contains(&"overlap"), "{:?}", rules(&early));
+        // ...unless the lock server lost its data in between.
+        early.push(Event::FaultStart {
+            t: 110 * MS,
+            kind: s("restart"),
+            target: s("lock server"),
+            holder: false,
+        });
+        assert!(!rules(&early).contains(&"overlap"), "{:?}", rules(&early));
     }
 
     #[test]
@@ -575,9 +731,78 @@ mod tests {
 
     #[test]
     fn an_unsignalled_loss_is_reported() {
-        let mut h = starts();
-        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::NotHeld));
-        assert_eq!(rules(&h), vec!["unsignalled-loss"]);
+        // w1 holds past its lease view (ends at 1000 ms) until 1500 ms and
+        // never hears its lost signal.
+        let held_on = |lost: Option<Event>| {
+            let mut h = starts();
+            h.extend([
+                Event::AcquireInvoke {
+                    t: 100 * MS,
+                    p: s("w1"),
+                    lock: s("x"),
+                },
+                Event::AcquireOk {
+                    t: 101 * MS,
+                    p: s("w1"),
+                    lock: s("x"),
+                    token: 10,
+                    valid_until: 1_000 * MS,
+                },
+                Event::ReleaseInvoke {
+                    t: 1_500 * MS,
+                    p: s("w1"),
+                    lock: s("x"),
+                    token: 10,
+                },
+                Event::ReleaseDone {
+                    t: 1_501 * MS,
+                    p: s("w1"),
+                    lock: s("x"),
+                    token: 10,
+                    outcome: ReleaseOutcome::NotHeld,
+                },
+                // The run goes on a while.
+                Event::Exit {
+                    t: 3_000 * MS,
+                    p: s("w2"),
+                },
+            ]);
+            h.extend(lost);
+            h
+        };
+        assert_eq!(rules(&held_on(None)), vec!["unsignalled-loss"]);
+        // Heard in time (a poll does not count as the signal)...
+        let signal = |t: u64, source: &str| Event::Lost {
+            t: t * MS,
+            p: s("w1"),
+            lock: s("x"),
+            token: 10,
+            source: s(source),
+        };
+        assert!(rules(&held_on(Some(signal(1_010, "signal")))).is_empty());
+        assert_eq!(
+            rules(&held_on(Some(signal(1_010, "poll")))),
+            vec!["unsignalled-loss"]
+        );
+        // ... too late ...
+        assert_eq!(
+            rules(&held_on(Some(signal(1_400, "signal")))),
+            vec!["unsignalled-loss"]
+        );
+        // ... or late because the nemesis had the process stopped.
+        let mut paused = held_on(Some(signal(1_300, "signal")));
+        paused.push(Event::FaultStart {
+            t: 500 * MS,
+            kind: s("pause"),
+            target: s("w1"),
+            holder: true,
+        });
+        paused.push(Event::FaultHeal {
+            t: 1_200 * MS,
+            kind: s("pause"),
+            target: s("w1"),
+        });
+        assert!(rules(&paused).is_empty(), "{:?}", rules(&paused));
         // A write after the holder's own lease view ended, untold.
         let mut h = starts();
         let mut a = hold("w1", "x", 10, 100, ReleaseOutcome::Ok);
@@ -603,6 +828,7 @@ mod tests {
             t: 100 * MS,
             kind: s("black-hole"),
             target: s("w2"),
+            holder: false,
         });
         h.push(Event::FaultHeal {
             t: 1_000 * MS,
@@ -640,17 +866,43 @@ mod tests {
             lock: s("x"),
             error: s("timeout"),
         });
-        let mut a = hold("w2", "x", 10, 100, ReleaseOutcome::Error);
-        a.push(Event::Write {
-            invoked: 105 * MS,
-            t: 900 * MS,
-            p: s("w2"),
-            lock: s("x"),
-            token: 10,
-            outcome: WriteOutcome::Error,
-        });
-        h.extend(a);
-        // A grant inside a hold whose release had no answer: not proven.
+        // w2's lease view ended at 110 ms; its release got no answer.
+        h.extend([
+            Event::AcquireInvoke {
+                t: 100 * MS,
+                p: s("w2"),
+                lock: s("x"),
+            },
+            Event::AcquireOk {
+                t: 101 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                valid_until: 110 * MS,
+            },
+            Event::Write {
+                invoked: 105 * MS,
+                t: 900 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                outcome: WriteOutcome::Error,
+            },
+            Event::ReleaseInvoke {
+                t: 150 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+            },
+            Event::ReleaseDone {
+                t: 2_000 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                outcome: ReleaseOutcome::Error,
+            },
+        ]);
+        // A grant inside that hold but after its view ended: not proven.
         h.extend(hold("w1", "x", 11, 120, ReleaseOutcome::Ok));
         let report = check(&h, LEASE);
         assert!(report.violations.is_empty(), "{:?}", report.violations);

@@ -52,6 +52,8 @@ pub(crate) enum Event {
     Exit { t: u64, p: String },
     /// The nemesis killed a worker process (its holds end here).
     Killed { t: u64, p: String },
+    /// The nemesis started a worker process (live from here).
+    Spawned { t: u64, p: String },
     /// An acquire was sent.
     AcquireInvoke { t: u64, p: String, lock: String },
     /// An acquire was granted; `valid_until` is the holder's own view of
@@ -87,12 +89,15 @@ pub(crate) enum Event {
         token: u64,
         outcome: WriteOutcome,
     },
-    /// The holder's lost signal fired (or `is_lost` said so).
+    /// The holder learned its lease was lost: `source` is `signal` (the
+    /// lost signal fired) or `poll` (`is_lost` said so before a write or
+    /// the release).
     Lost {
         t: u64,
         p: String,
         lock: String,
         token: u64,
+        source: String,
     },
     /// A release was sent.
     ReleaseInvoke {
@@ -109,12 +114,19 @@ pub(crate) enum Event {
         token: u64,
         outcome: ReleaseOutcome,
     },
-    /// The nemesis began a fault.
+    /// The nemesis began a fault; `holder`: the target process held a lock
+    /// when it was hit (kill, pause), checked while it was frozen.
     FaultStart {
         t: u64,
         kind: String,
         target: String,
+        #[serde(default)]
+        holder: bool,
     },
+    /// A fault could not be injected or did not heal: the run is invalid.
+    FaultFailed { t: u64, kind: String, error: String },
+    /// A worker process ended with an error (not killed by the nemesis).
+    WorkerFailed { t: u64, p: String, status: String },
     /// The fault healed: every live worker must acquire again within
     /// lease + 1 s from here.
     FaultHeal {
@@ -131,6 +143,9 @@ impl Event {
             Event::Start { t, .. }
             | Event::Exit { t, .. }
             | Event::Killed { t, .. }
+            | Event::Spawned { t, .. }
+            | Event::FaultFailed { t, .. }
+            | Event::WorkerFailed { t, .. }
             | Event::AcquireInvoke { t, .. }
             | Event::AcquireOk { t, .. }
             | Event::AcquireFail { t, .. }
@@ -145,12 +160,24 @@ impl Event {
     }
 }
 
-/// Reads a history file (JSON lines); a torn last line (a process killed
-/// mid-write) is skipped.
+/// Reads a history file (JSON lines). A torn last line (a process killed
+/// mid-write) is skipped; any other line that does not parse is an error.
 pub(crate) fn read(path: &std::path::Path) -> std::io::Result<Vec<Event>> {
     let text = std::fs::read_to_string(path)?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    let lines: Vec<&str> = text.lines().collect();
+    let mut events = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(event) => events.push(event),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => {
+                return Err(std::io::Error::other(format!(
+                    "{}:{}: {e}",
+                    path.display(),
+                    i + 1
+                )))
+            }
+        }
+    }
+    Ok(events)
 }

@@ -91,7 +91,9 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
     let mut round: u64 = 0;
     while tokio::time::Instant::now() < deadline {
         round += 1;
-        let lock_name = &args.names[(round as usize + args.name.len()) % args.names.len()];
+        // Workers start on different names (by slot), then cycle.
+        let slot: usize = args.name.bytes().map(usize::from).sum();
+        let lock_name = &args.names[(round as usize + slot) % args.names.len()];
         hold_once(&client, &resource, lock_name, &args, &rec).await;
     }
     rec.record(Event::Exit {
@@ -160,6 +162,7 @@ async fn hold_once(
                 p,
                 lock,
                 token,
+                source: "signal".into(),
             });
         })
     };
@@ -170,21 +173,25 @@ async fn hold_once(
             p: p.clone(),
             lock: name.to_owned(),
             token,
+            source: "poll".into(),
         })
     };
     for i in 0..3u32 {
-        if guard.is_lost() {
+        // One reading of the lease decides both the record and the write.
+        let t0 = now();
+        let left = guard.remaining_lease();
+        if left.is_zero() {
             noticed();
             break;
         }
         rec.record(Event::Valid {
-            t: now(),
+            t: t0,
             p: p.clone(),
             lock: name.to_owned(),
             token,
-            valid_until: valid_until(&guard),
+            valid_until: t0 + left.as_nanos() as u64,
         });
-        let invoked = now();
+        let invoked = t0;
         let outcome = match &store {
             Ok(store) => match store.write(token, format!("{p}:{i}").as_bytes()).await {
                 Ok(()) => WriteOutcome::Accepted,
