@@ -9,9 +9,11 @@ setup:
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p locksmith --all-targets --features blocking -- -D warnings
 
 test: lint
 	$(CARGO) test --workspace --all-targets
+	$(CARGO) test -p locksmith --features blocking --test examples --test blocking
 	$(CARGO) test --workspace --doc
 
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
@@ -23,7 +25,7 @@ fmt:
 	$(CARGO) fmt --all
 
 doc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --features locksmith/blocking
 
 bench: setup
 	$(CARGO) run --release -p locksmith-cli -- bench

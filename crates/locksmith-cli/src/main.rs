@@ -21,6 +21,7 @@ mod duration;
 mod exit;
 mod ids;
 mod latch;
+mod list;
 mod run;
 
 use std::process::ExitCode;
@@ -94,6 +95,17 @@ enum Command {
     Status(StatusArgs),
     /// Delete a lock whoever holds it and wake its waiters (admin).
     Unlock(UnlockArgs),
+    /// List the locksmith and Redisson objects on the server (on a
+    /// cluster, every primary), found with SCAN, never KEYS: kind,
+    /// holders, lease left, waiters. A fair lock without waiters shows as
+    /// a lock, and a semaphore or latch nobody waits on as a counter: the
+    /// layouts are the same.
+    ///
+    /// Examples:
+    ///   locksmith list
+    ///   locksmith list --pattern 'orders:*' --json
+    #[command(verbatim_doc_comment)]
+    List(list::ListArgs),
     /// Set, count down, wait on or read a count-down latch.
     ///
     /// Examples:
@@ -345,6 +357,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             admin::status(&redis_url(cli.redis), &args.name, args.kind, args.json).await
         }
         Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
+        Command::List(args) => list::list(&redis_url(cli.redis), args).await,
         Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
         Command::Id(args) => ids::ids(&redis_url(cli.redis), args).await,
         Command::Completions { shell } => {

@@ -23,6 +23,8 @@
 //! - [`FencedStore`] (`fenced.rs`): a value that refuses stale fencing
 //!   tokens.
 //! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
+//! - `blocking` (`blocking.rs`, cargo feature `blocking`): the primitives
+//!   for code that is not async, over the same implementation.
 //! - `topology.rs`: the command connection for a single server, a
 //!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
 //! - `batch.rs`: coalesces concurrent script calls (per slot on a cluster).
@@ -37,6 +39,8 @@
 #![warn(missing_docs)]
 
 mod batch;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod error;
 mod fenced;

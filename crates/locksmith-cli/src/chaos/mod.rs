@@ -632,7 +632,10 @@ fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
     let faults: Vec<String> = report
         .faults
         .iter()
-        .map(|(k, n)| format!("{k} {n}"))
+        .map(|(k, n)| match report.longest_fault_ms.get(k) {
+            Some(ms) => format!("{k} {n} (longest {ms} ms)"),
+            None => format!("{k} {n}"),
+        })
         .collect();
     println!(
         "  faults: {}",

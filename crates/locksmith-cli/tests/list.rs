@@ -1,0 +1,164 @@
+//! `locksmith list`: one object of every kind is found with its kind and
+//! holders, on a single server and on a cluster; an empty server lists
+//! nothing.
+
+use std::time::Duration;
+
+use locksmith::Client;
+use locksmith_testkit::{RedisCluster, RedisServer};
+
+fn list_json(url: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args(["--redis", url, "list", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn kind_of<'a>(objects: &'a [serde_json::Value], name: &str) -> &'a str {
+    objects
+        .iter()
+        .find(|o| o["name"] == name)
+        .and_then(|o| o["kind"].as_str())
+        .unwrap_or_else(|| panic!("{name} not listed: {objects:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_is_listed_with_its_holders() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    assert!(
+        list_json(&url, &[]).is_empty(),
+        "nothing on an empty server"
+    );
+    let a = Client::open(&url).await.unwrap();
+    let b = Client::open(&url).await.unwrap();
+    let lock = a.lock("l:plain").unwrap().lock().await.unwrap();
+    let fair = a.fair_lock("l:fair").unwrap().lock().await.unwrap();
+    let fair_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.fair_lock("l:fair")
+                .unwrap()
+                .try_lock_for(Duration::from_secs(20))
+                .await
+        })
+    };
+    let read = a.read_write_lock("l:rw").unwrap().read().await.unwrap();
+    let permits = a.expirable_semaphore("l:permits").unwrap();
+    permits.try_set_permits(2).await.unwrap();
+    let permit = permits.acquire().await.unwrap();
+    let semaphore = a.semaphore("l:sem").unwrap();
+    semaphore.try_set_permits(1).await.unwrap();
+    let taken = semaphore.acquire(1).await.unwrap();
+    let sem_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.semaphore("l:sem")
+                .unwrap()
+                .try_acquire_for(1, Duration::from_secs(20))
+                .await
+        })
+    };
+    let latch = a.count_down_latch("l:latch").unwrap();
+    latch.try_set_count(2).await.unwrap();
+    let latch_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.count_down_latch("l:latch")
+                .unwrap()
+                .wait_for(Duration::from_secs(20))
+                .await
+        })
+    };
+    let simple = a.simple_lock("l:simple").unwrap().lock().await.unwrap();
+    let counter = a.count_down_latch("l:counter").unwrap();
+    counter.try_set_count(5).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let objects = tokio::task::spawn_blocking(move || list_json(&url, &["--pattern", "l:*"]))
+        .await
+        .unwrap();
+    assert_eq!(kind_of(&objects, "l:plain"), "lock");
+    assert_eq!(kind_of(&objects, "l:fair"), "fair-lock");
+    assert_eq!(kind_of(&objects, "l:rw"), "read-write-lock");
+    assert_eq!(kind_of(&objects, "l:permits"), "permit-semaphore");
+    assert_eq!(kind_of(&objects, "l:sem"), "semaphore");
+    assert_eq!(kind_of(&objects, "l:latch"), "latch");
+    assert_eq!(kind_of(&objects, "l:simple"), "simple-lock");
+    assert_eq!(kind_of(&objects, "l:counter"), "counter");
+    assert_eq!(
+        objects.len(),
+        8,
+        "internal keys are not listed: {objects:?}"
+    );
+    let plain = objects.iter().find(|o| o["name"] == "l:plain").unwrap();
+    let holders = plain["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1);
+    assert!(holders[0][0]
+        .as_str()
+        .unwrap()
+        .starts_with(&a.id().hyphenated().to_string()));
+    assert!(plain["remaining_lease_ms"].as_u64().unwrap() > 0);
+    let fair_obj = objects.iter().find(|o| o["name"] == "l:fair").unwrap();
+    assert_eq!(fair_obj["waiters"], 1, "{fair_obj}");
+
+    fair.release().await.unwrap();
+    fair_waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    taken.release().await.unwrap();
+    sem_waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    latch.count_down().await.unwrap();
+    latch.count_down().await.unwrap();
+    assert!(latch_waiter.await.unwrap().unwrap());
+    for g in [lock, read, simple] {
+        g.release().await.unwrap();
+    }
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_scanned_on_every_primary() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let url = format!("redis+cluster://{}", cluster.addrs().join(","));
+    let client = Client::open(&url).await.unwrap();
+    // Names in different slots, so on different primaries.
+    let names: Vec<String> = (0..6).map(|i| format!("c:lock:{i}")).collect();
+    let mut guards = Vec::new();
+    for n in &names {
+        guards.push(client.lock(n.clone()).unwrap().lock().await.unwrap());
+    }
+    let nodes: std::collections::HashSet<usize> = names
+        .iter()
+        .map(|n| cluster.node_for_key(n).unwrap())
+        .collect();
+    assert!(nodes.len() > 1, "spread over primaries");
+    let listed = tokio::task::spawn_blocking(move || list_json(&url, &["--pattern", "c:*"]))
+        .await
+        .unwrap();
+    let mut found: Vec<&str> = listed.iter().filter_map(|o| o["name"].as_str()).collect();
+    found.sort_unstable();
+    assert_eq!(found, names.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(listed.iter().all(|o| o["kind"] == "lock"));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}

@@ -1,0 +1,466 @@
+//! A blocking facade for programs that are not async (cron jobs, CLIs,
+//! build tools): the same primitives, guards and errors, over the async
+//! implementation running on a runtime thread the client owns.
+//!
+//! Enable with the `blocking` cargo feature.
+//!
+//! ```no_run
+//! # fn demo() -> locksmith::Result<()> {
+//! use std::time::Duration;
+//! let client = locksmith::blocking::Client::open("redis://127.0.0.1:6379")?;
+//! let lock = client.lock("nightly-report")?;
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(5))? {
+//!     println!("token {}", guard.fencing_token());
+//!     guard.release()?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Every call blocks the calling thread until the async call completes.
+//! Calling from inside an async runtime would block one of its threads and
+//! is refused with [`Error::InvalidArgument`]: use the async API there.
+//! Guards release on drop, as the async ones do (in the background, on the
+//! client's runtime thread).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A connected client and the runtime thread its calls run on. Cheap to
+/// clone; the runtime stops when the last clone (and every handle and
+/// guard made from it) is dropped.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: crate::Client,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Client {
+    /// Connects to `url` with default options (see [`crate::ClientBuilder`]).
+    ///
+    /// # Errors
+    /// As [`crate::ClientBuilder::build`]; [`Error::InvalidArgument`] when
+    /// called from inside an async runtime.
+    pub fn open(url: &str) -> Result<Client> {
+        Client::build(crate::ClientBuilder::new(url))
+    }
+
+    /// Connects with the options of `builder`.
+    ///
+    /// # Errors
+    /// As [`Client::open`].
+    pub fn build(builder: crate::ClientBuilder) -> Result<Client> {
+        outside_async()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("locksmith-blocking")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::invalid(format!("cannot start the runtime thread: {e}")))?;
+        let inner = runtime.block_on(builder.build())?;
+        Ok(Client {
+            inner,
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// The async client underneath, for anything the facade does not cover
+    /// (run it with [`Client::block_on`]).
+    pub fn as_async(&self) -> &crate::Client {
+        &self.inner
+    }
+
+    /// Runs any future of the async API on this client's runtime and
+    /// waits for it.
+    ///
+    /// # Errors
+    /// The future's own; [`Error::InvalidArgument`] when called from inside
+    /// an async runtime.
+    pub fn block_on<T>(&self, future: impl Future<Output = Result<T>>) -> Result<T> {
+        outside_async()?;
+        self.runtime.block_on(future)
+    }
+
+    /// A reentrant lock handle (see [`crate::Client::lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::lock`].
+    pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
+        Ok(Lock {
+            client: self.clone(),
+            inner: LockKind::Reentrant(self.inner.lock(name)?),
+        })
+    }
+
+    /// A fair lock handle (see [`crate::Client::fair_lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::fair_lock`].
+    pub fn fair_lock(&self, name: impl Into<String>) -> Result<Lock> {
+        Ok(Lock {
+            client: self.clone(),
+            inner: LockKind::Fair(self.inner.fair_lock(name)?),
+        })
+    }
+
+    /// The read side of a read-write lock (see
+    /// [`crate::Client::read_write_lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::read_write_lock`].
+    pub fn read_lock(&self, name: impl Into<String>) -> Result<Lock> {
+        Ok(Lock {
+            client: self.clone(),
+            inner: LockKind::Read(self.inner.read_write_lock(name)?),
+        })
+    }
+
+    /// The write side of a read-write lock (see
+    /// [`crate::Client::read_write_lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::read_write_lock`].
+    pub fn write_lock(&self, name: impl Into<String>) -> Result<Lock> {
+        Ok(Lock {
+            client: self.clone(),
+            inner: LockKind::Write(self.inner.read_write_lock(name)?),
+        })
+    }
+
+    /// A semaphore (see [`crate::Client::semaphore`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::semaphore`].
+    pub fn semaphore(&self, name: impl Into<String>) -> Result<Semaphore> {
+        Ok(Semaphore {
+            client: self.clone(),
+            inner: self.inner.semaphore(name)?,
+        })
+    }
+
+    /// A count-down latch (see [`crate::Client::count_down_latch`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::count_down_latch`].
+    pub fn count_down_latch(&self, name: impl Into<String>) -> Result<CountDownLatch> {
+        Ok(CountDownLatch {
+            client: self.clone(),
+            inner: self.inner.count_down_latch(name)?,
+        })
+    }
+
+    /// An id generator (see [`crate::Client::id_generator`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::id_generator`].
+    pub fn id_generator(&self, prefix: impl Into<String>) -> Result<IdGenerator> {
+        Ok(IdGenerator {
+            client: self.clone(),
+            inner: self.inner.id_generator(prefix)?,
+        })
+    }
+}
+
+/// Refuses to block a thread of an async runtime.
+fn outside_async() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::invalid(
+            "the blocking API was called from inside an async runtime; use the async API there",
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum LockKind {
+    Reentrant(crate::Lock),
+    Fair(crate::FairLock),
+    Read(crate::ReadWriteLock),
+    Write(crate::ReadWriteLock),
+}
+
+/// A lock handle of any kind (reentrant, fair, read or write side).
+#[derive(Debug, Clone)]
+pub struct Lock {
+    client: Client,
+    inner: LockKind,
+}
+
+impl Lock {
+    /// The same handle with a fixed lease (no watchdog renewal).
+    ///
+    /// # Errors
+    /// As the async kinds' `with_lease`.
+    pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
+        let inner = match &self.inner {
+            LockKind::Reentrant(l) => LockKind::Reentrant(l.with_lease(lease)?),
+            LockKind::Fair(l) => LockKind::Fair(l.with_lease(lease)?),
+            LockKind::Read(l) => LockKind::Read(l.with_lease(lease)?),
+            LockKind::Write(l) => LockKind::Write(l.with_lease(lease)?),
+        };
+        Ok(Lock {
+            client: self.client.clone(),
+            inner,
+        })
+    }
+
+    /// Waits as long as it takes.
+    ///
+    /// # Errors
+    /// As the async `lock` (or `read` / `write`).
+    pub fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None)
+            .and_then(|g| g.ok_or_else(|| Error::invalid("unreachable: no deadline")))
+    }
+
+    /// Tries once; `None` when someone else holds it.
+    ///
+    /// # Errors
+    /// As the async `try_lock`.
+    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO))
+    }
+
+    /// Waits at most `wait`.
+    ///
+    /// # Errors
+    /// As the async `try_lock_for`.
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait))
+    }
+
+    fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let inner = self.inner.clone();
+        let guard = self.client.block_on(async move {
+            macro_rules! take {
+                ($l:expr, $forever:ident, $once:ident, $bounded:ident) => {
+                    match wait {
+                        None => $l.$forever().await.map(Some),
+                        Some(w) if w.is_zero() => $l.$once().await,
+                        Some(w) => $l.$bounded(w).await,
+                    }
+                };
+            }
+            match &inner {
+                LockKind::Reentrant(l) => take!(l, lock, try_lock, try_lock_for),
+                LockKind::Fair(l) => take!(l, lock, try_lock, try_lock_for),
+                LockKind::Read(l) => take!(l, read, try_read, try_read_for),
+                LockKind::Write(l) => take!(l, write, try_write, try_write_for),
+            }
+        })?;
+        Ok(guard.map(|inner| LockGuard {
+            client: self.client.clone(),
+            inner: Some(inner),
+        }))
+    }
+}
+
+/// A held lock; dropping it releases in the background.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    client: Client,
+    inner: Option<crate::LockGuard>,
+}
+
+impl LockGuard {
+    /// The grant's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, crate::LockGuard::fencing_token)
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.as_ref().map_or("", crate::LockGuard::name)
+    }
+
+    /// The lease left, as known locally.
+    pub fn remaining_lease(&self) -> Duration {
+        self.inner
+            .as_ref()
+            .map_or(Duration::ZERO, crate::LockGuard::remaining_lease)
+    }
+
+    /// True once the lease is known or assumed lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.as_ref().is_none_or(crate::LockGuard::is_lost)
+    }
+
+    /// Releases the hold and waits for the answer.
+    ///
+    /// # Errors
+    /// As [`crate::LockGuard::release`].
+    pub fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(guard) => self.client.block_on(guard.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.inner.take() {
+            // Dropped inside the runtime's context, the async guard's own
+            // drop schedules the release there.
+            let _entered = self.client.runtime.enter();
+            drop(guard);
+        }
+    }
+}
+
+/// A semaphore (see [`crate::Semaphore`]).
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    client: Client,
+    inner: crate::Semaphore,
+}
+
+impl Semaphore {
+    /// Sets the number of permits if the semaphore does not exist yet.
+    ///
+    /// # Errors
+    /// As [`crate::Semaphore::try_set_permits`].
+    pub fn try_set_permits(&self, permits: u64) -> Result<bool> {
+        self.client.block_on(self.inner.try_set_permits(permits))
+    }
+
+    /// Permits available now.
+    ///
+    /// # Errors
+    /// As [`crate::Semaphore::available`].
+    pub fn available(&self) -> Result<i64> {
+        self.client.block_on(self.inner.available())
+    }
+
+    /// Waits at most `wait` for `permits` permits.
+    ///
+    /// # Errors
+    /// As [`crate::Semaphore::try_acquire_for`].
+    pub fn try_acquire_for(
+        &self,
+        permits: u64,
+        wait: Duration,
+    ) -> Result<Option<SemaphorePermits>> {
+        let got = self
+            .client
+            .block_on(self.inner.try_acquire_for(permits, wait))?;
+        Ok(got.map(|inner| SemaphorePermits {
+            client: self.client.clone(),
+            inner: Some(inner),
+        }))
+    }
+
+    /// Waits as long as it takes for `permits` permits.
+    ///
+    /// # Errors
+    /// As [`crate::Semaphore::acquire`].
+    pub fn acquire(&self, permits: u64) -> Result<SemaphorePermits> {
+        let inner = self.client.block_on(self.inner.acquire(permits))?;
+        Ok(SemaphorePermits {
+            client: self.client.clone(),
+            inner: Some(inner),
+        })
+    }
+}
+
+/// Permits taken from a [`Semaphore`]; dropping them gives them back in
+/// the background.
+#[derive(Debug)]
+#[must_use = "dropping the permits gives them back"]
+pub struct SemaphorePermits {
+    client: Client,
+    inner: Option<crate::SemaphorePermits>,
+}
+
+impl SemaphorePermits {
+    /// How many permits this holds.
+    pub fn permits(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, crate::SemaphorePermits::permits)
+    }
+
+    /// Gives the permits back and waits for the answer.
+    ///
+    /// # Errors
+    /// As [`crate::SemaphorePermits::release`].
+    pub fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(p) => self.client.block_on(p.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SemaphorePermits {
+    fn drop(&mut self) {
+        if let Some(p) = self.inner.take() {
+            let _entered = self.client.runtime.enter();
+            drop(p);
+        }
+    }
+}
+
+/// A count-down latch (see [`crate::CountDownLatch`]).
+#[derive(Debug, Clone)]
+pub struct CountDownLatch {
+    client: Client,
+    inner: crate::CountDownLatch,
+}
+
+impl CountDownLatch {
+    /// Sets the count if the latch is not set.
+    ///
+    /// # Errors
+    /// As [`crate::CountDownLatch::try_set_count`].
+    pub fn try_set_count(&self, count: u64) -> Result<bool> {
+        self.client.block_on(self.inner.try_set_count(count))
+    }
+
+    /// Counts down by one; answers the count left.
+    ///
+    /// # Errors
+    /// As [`crate::CountDownLatch::count_down`].
+    pub fn count_down(&self) -> Result<u64> {
+        self.client.block_on(self.inner.count_down())
+    }
+
+    /// The count now.
+    ///
+    /// # Errors
+    /// As [`crate::CountDownLatch::count`].
+    pub fn count(&self) -> Result<u64> {
+        self.client.block_on(self.inner.count())
+    }
+
+    /// Waits at most `timeout` for the count to reach zero; false if it
+    /// did not.
+    ///
+    /// # Errors
+    /// As [`crate::CountDownLatch::wait_for`].
+    pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        self.client.block_on(self.inner.wait_for(timeout))
+    }
+}
+
+/// An id generator (see [`crate::IdGenerator`]).
+#[derive(Debug, Clone)]
+pub struct IdGenerator {
+    client: Client,
+    inner: crate::IdGenerator,
+}
+
+impl IdGenerator {
+    /// The next id.
+    ///
+    /// # Errors
+    /// As [`crate::IdGenerator::next_id`].
+    pub fn next_id(&self) -> Result<i64> {
+        self.client.block_on(self.inner.next_id())
+    }
+}

@@ -1,0 +1,87 @@
+//! The blocking facade: same semantics as the async API, no runtime of
+//! the caller's, refused inside an async runtime, guards release on drop.
+#![cfg(feature = "blocking")]
+
+use std::time::Duration;
+
+use locksmith::blocking::Client;
+use locksmith::ErrorKind;
+use locksmith_testkit::RedisServer;
+
+#[test]
+fn locks_exclude_across_threads_and_release_on_drop() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let guard = client.lock("b:lock").unwrap().lock().unwrap();
+    assert!(guard.fencing_token() > 0);
+    let other = client.clone();
+    let blocked = std::thread::spawn(move || {
+        other
+            .lock("b:lock")
+            .unwrap()
+            .try_lock_for(Duration::from_millis(200))
+            .unwrap()
+            .is_none()
+    });
+    assert!(blocked.join().unwrap(), "held by the first guard");
+    // Dropped, not released: the release happens in the background.
+    drop(guard);
+    let next = client
+        .lock("b:lock")
+        .unwrap()
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("freed by the dropped guard");
+    next.release().unwrap();
+    // Every kind.
+    let r1 = client.read_lock("b:rw").unwrap().lock().unwrap();
+    let r2 = client.read_lock("b:rw").unwrap().lock().unwrap();
+    assert!(client
+        .write_lock("b:rw")
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .is_none());
+    r1.release().unwrap();
+    r2.release().unwrap();
+    let f = client.fair_lock("b:fair").unwrap().lock().unwrap();
+    f.release().unwrap();
+    let pool = client.semaphore("b:pool").unwrap();
+    pool.try_set_permits(1).unwrap();
+    let p = pool.acquire(1).unwrap();
+    assert!(pool
+        .try_acquire_for(1, Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    p.release().unwrap();
+    assert_eq!(pool.available().unwrap(), 1);
+}
+
+#[test]
+fn errors_are_the_async_api_errors() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    assert_eq!(
+        client.lock("").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let guard = client
+        .lock("b:short")
+        .unwrap()
+        .with_lease(Duration::from_millis(100))
+        .unwrap()
+        .lock()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(guard.is_lost());
+    assert_eq!(guard.release().unwrap_err().kind(), ErrorKind::NotHeld);
+    let err = Client::open("redis://127.0.0.1:1").unwrap_err();
+    assert!(err.is_connection_error() || err.is_timeout(), "{err}");
+}
+
+#[tokio::test]
+async fn inside_an_async_runtime_it_is_refused_not_deadlocked() {
+    let err = Client::open("redis://127.0.0.1:1").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("async"), "{err}");
+}
