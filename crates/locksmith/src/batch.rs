@@ -461,6 +461,7 @@ impl Shared {
         let mut reply = self.acks.query(&cmd, &mut conn).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
         {
+            metrics::counter!("locksmith_script_reloads_total").increment(1);
             reply = match self.script.load_async(&mut conn).await {
                 Ok(_) => self.acks.query(&cmd, &mut conn).await,
                 Err(e) => Err(e),

@@ -61,6 +61,8 @@ pub(crate) struct Config {
     /// Replica acknowledgement of grants, renewals and releases; `None`
     /// decides from the deployment (see `ClientBuilder::replica_acks`).
     pub(crate) replica_acks: Option<Acks>,
+    /// Whether metrics carry lock names as a label.
+    pub(crate) metric_names: bool,
 }
 
 impl Default for Config {
@@ -75,6 +77,7 @@ impl Default for Config {
             recheck_interval: ClientBuilder::DEFAULT_RECHECK_INTERVAL,
             cluster_notify: None,
             replica_acks: None,
+            metric_names: false,
         }
     }
 }
@@ -209,6 +212,15 @@ impl ClientBuilder {
     /// waiter per interval.
     pub fn recheck_interval(mut self, interval: Duration) -> Self {
         self.config.recheck_interval = interval;
+        self
+    }
+
+    /// Whether metrics carry each object's name as a `name` label (default
+    /// false: one series per name can be too many for a metrics backend
+    /// when names carry ids, as `order:{id}` does). See the metrics list in
+    /// [`guides::operations`](crate::guides::operations).
+    pub fn metric_names(mut self, on: bool) -> Self {
+        self.config.metric_names = on;
         self
     }
 

@@ -187,6 +187,15 @@ impl CountDownLatch {
     ///
     /// [`NotifyHub::wait_on`]: crate::notify::NotifyHub::wait_on
     async fn wait_within(&self, timeout: Option<Duration>) -> Result<bool> {
+        let labels = crate::observe::Labels::new(&self.shared.client, "latch", self.name());
+        let waited = crate::observe::acquire(&labels, self.name(), async {
+            Ok(self.wait_inner(timeout).await?.then_some(Opened))
+        })
+        .await?;
+        Ok(waited.is_some())
+    }
+
+    async fn wait_inner(&self, timeout: Option<Duration>) -> Result<bool> {
         let deadline = timeout.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
         let opened = client
@@ -221,6 +230,11 @@ impl CountDownLatch {
         shared.client.invoke(&invocation, &shared.name).await
     }
 }
+
+/// A latch wait that saw the count reach zero (for the metrics).
+struct Opened;
+
+impl crate::observe::Grant for Opened {}
 
 #[cfg(test)]
 mod tests {

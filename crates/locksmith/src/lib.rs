@@ -33,6 +33,7 @@
 //!   `subscriber.rs`: that connection on each topology (classic or sharded
 //!   pub/sub).
 //! - `renewal.rs`: the watchdog, one batched renewal task per client.
+//! - `observe.rs`: the metrics and tracing every primitive reports.
 //! - `keys.rs`: Redisson-compatible key and channel names.
 //! - `scripts/`: the Lua scripts, KEYS/ARGV contract at the top of each.
 //! - `validate.rs`: the checks every call runs on its input.
@@ -50,6 +51,7 @@ mod latch;
 mod lease;
 mod lock;
 mod notify;
+mod observe;
 mod redlock;
 mod renewal;
 mod scripts;

@@ -731,7 +731,10 @@ async fn session(
             event = sub.next() => {
                 let Some(strong) = shared.upgrade() else { return Session::HubGone };
                 match event {
-                    Event::Message(channel, payload) => strong.deliver(&channel, &payload),
+                    Event::Message(channel, payload) => {
+                        metrics::counter!("locksmith_notifications_total").increment(1);
+                        strong.deliver(&channel, &payload)
+                    }
                     Event::Resubscribed(channel) => {
                         // Moved with its slot (or confirmed after a node
                         // reconnect): a release may have been missed.

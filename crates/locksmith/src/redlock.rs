@@ -86,6 +86,8 @@ struct Nodes {
     lease: Duration,
     /// Longest lock name accepted.
     max_name_len: usize,
+    /// Whether metrics carry lock names (the first node's option).
+    metric_names: bool,
     /// Owner prefix: a UUID of this process's Redlock set.
     id: uuid::Uuid,
 }
@@ -128,6 +130,7 @@ impl RedlockNodes {
         check_count(clients.len())?;
         let lease = clients[0].config().lease;
         let max_name_len = clients[0].config().max_name_len;
+        let metric_names = clients[0].config().metric_names;
         let nodes = clients
             .into_iter()
             .map(|c| {
@@ -137,7 +140,7 @@ impl RedlockNodes {
                 })
             })
             .collect();
-        RedlockNodes::assemble(nodes, lease, max_name_len)
+        RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)
     }
 
     /// Connects to the primaries at `urls` (concurrently, default client
@@ -184,6 +187,7 @@ impl RedlockNodes {
         check_distinct(addrs.iter().map(String::as_str))?;
         let lease = builders[0].config().lease;
         let max_name_len = builders[0].config().max_name_len;
+        let metric_names = builders[0].config().metric_names;
         let now = Instant::now();
         let clients = join_all(builders.iter().map(|b| b.clone().build())).await;
         if let Some(Err(e)) = clients
@@ -213,7 +217,7 @@ impl RedlockNodes {
                 })
             })
             .collect();
-        let set = RedlockNodes::assemble(nodes, lease, max_name_len)?;
+        let set = RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)?;
         set.check_run_ids().await?;
         let errors: Vec<String> = set
             .inner
@@ -266,6 +270,7 @@ impl RedlockNodes {
         nodes: Vec<Arc<Node>>,
         lease: Duration,
         max_name_len: usize,
+        metric_names: bool,
     ) -> Result<RedlockNodes> {
         check_distinct(nodes.iter().map(|n| n.addr.as_str()))?;
         let quorum = nodes.len() / 2 + 1;
@@ -276,6 +281,7 @@ impl RedlockNodes {
             retry_delay: RedlockNodes::DEFAULT_RETRY_DELAY,
             lease,
             max_name_len,
+            metric_names,
             id: uuid::Uuid::new_v4(),
         };
         check_timing(set.lease, set.node_timeout)?;
@@ -324,6 +330,7 @@ impl RedlockNodes {
             retry_delay: self.inner.retry_delay,
             lease: self.inner.lease,
             max_name_len: self.inner.max_name_len,
+            metric_names: self.inner.metric_names,
             id: self.inner.id,
         };
         change(&mut nodes);
@@ -626,6 +633,16 @@ impl Redlock {
         wait: Option<Duration>,
         cancel: impl std::future::Future<Output = ()>,
     ) -> Result<Option<RedlockGuard>> {
+        let labels =
+            crate::observe::Labels::of("redlock", self.name(), self.nodes.inner.metric_names);
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel)).await
+    }
+
+    async fn acquire_inner(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<RedlockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let mut cancel = std::pin::pin!(cancel);
         let mut waiters: Option<Vec<Waiter>> = None;
@@ -754,6 +771,10 @@ impl Redlock {
                 granted: tokens.len(),
                 lease: state,
                 stop,
+                hold: Some(crate::observe::Hold::new(
+                    crate::observe::Labels::of("redlock", self.name(), inner.metric_names),
+                    self.name(),
+                )),
             }));
         }
         // Not enough: undo where something may have been granted (nodes
@@ -1052,6 +1073,14 @@ pub struct RedlockGuard {
     lease: Arc<LeaseState>,
     /// Stops the watchdog.
     stop: CancellationToken,
+    /// Metrics of this hold.
+    hold: Option<crate::observe::Hold>,
+}
+
+impl crate::observe::Grant for RedlockGuard {
+    fn token(&self) -> Option<u64> {
+        Some(self.token)
+    }
 }
 
 impl RedlockGuard {
@@ -1112,6 +1141,15 @@ impl RedlockGuard {
     /// Cancel safe: the release runs in its own task and finishes if the
     /// future is dropped.
     pub async fn release(mut self) -> Result<()> {
+        let hold = self.hold.take();
+        let result = self.release_inner().await;
+        if let Some(hold) = hold {
+            hold.released(&result);
+        }
+        result
+    }
+
+    async fn release_inner(&mut self) -> Result<()> {
         self.stop.cancel();
         let Some(owner) = self.owner.take() else {
             return Ok(());

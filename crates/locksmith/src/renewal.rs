@@ -89,6 +89,10 @@ struct Entry {
     /// applies only if no re-arm happened since the renewal was sent: a
     /// stale reply must not overwrite the lease a later call set.
     generation: u64,
+    /// A fixed lease's hold: when it began, and whether the 80% warning
+    /// went out.
+    granted: Instant,
+    warned: bool,
 }
 
 /// State shared by the [`Renewer`] handle and its task.
@@ -170,6 +174,9 @@ impl Registration {
             }
             entry.hold.lease = lease;
             entry.next_renewal = sent_at + lease / 3;
+            // A fixed lease re-armed starts its 80% clock again.
+            entry.granted = sent_at;
+            entry.warned = false;
         });
     }
 
@@ -281,6 +288,8 @@ impl Renewer {
             in_flight_since: sent_at,
             retrying: false,
             generation: 0,
+            granted: sent_at,
+            warned: false,
         };
         let wake = {
             let mut entries = self.shared.lock_entries();
@@ -325,6 +334,20 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
             });
             for (id, entry) in entries.iter_mut() {
                 wake_at = wake_at.min(entry.state.deadline());
+                if !entry.hold.renew && !entry.warned {
+                    // A fixed lease: warn once 80% of it has gone by.
+                    let warn_at = entry.granted + entry.hold.lease.mul_f64(0.8);
+                    if warn_at <= now {
+                        entry.warned = true;
+                        crate::observe::lease_nearly_over(
+                            &entry.hold.key,
+                            entry.hold.lease,
+                            now - entry.granted,
+                        );
+                    } else {
+                        wake_at = wake_at.min(warn_at);
+                    }
+                }
                 if !entry.hold.renew || entry.in_flight {
                     continue;
                 }

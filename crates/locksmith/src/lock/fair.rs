@@ -304,6 +304,11 @@ impl FairLock {
     /// out, and in any case every third of the wait timeout, which
     /// refreshes this waiter's give-up time.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let labels = crate::observe::Labels::new(&self.shared.client, "fair-lock", self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+    }
+
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
         let once = wait.is_some_and(|w| w.is_zero());

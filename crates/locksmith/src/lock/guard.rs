@@ -10,6 +10,7 @@ use crate::lease::{LeaseState, LostSignal};
 use crate::lock::rw::Side;
 use crate::lock::simple::SimpleLock;
 use crate::lock::{FairLock, Lock, ReadWriteLock};
+use crate::observe::{Grant, Hold, Labels};
 use crate::renewal::Registration;
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether the
@@ -29,6 +30,8 @@ pub struct LockGuard {
     token: u64,
     /// Local lease view, shared with the watchdog.
     lease: Arc<LeaseState>,
+    /// Metrics of this hold (grant to release).
+    hold: Option<Hold>,
 }
 
 /// The lock a guard holds.
@@ -51,18 +54,25 @@ enum Holder {
 
 impl LockGuard {
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
+        let hold = Hold::new(Labels::new(lock.client(), "lock", lock.name()), lock.name());
         LockGuard {
             holder: Some(Holder::Reentrant(lock)),
             token,
             lease,
+            hold: Some(hold),
         }
     }
 
     pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
+        let hold = Hold::new(
+            Labels::new(lock.client(), "fair-lock", lock.name()),
+            lock.name(),
+        );
         LockGuard {
             holder: Some(Holder::Fair(lock)),
             token,
             lease,
+            hold: Some(hold),
         }
     }
 
@@ -72,10 +82,16 @@ impl LockGuard {
         token: u64,
         lease: Arc<LeaseState>,
     ) -> Self {
+        let kind = match side {
+            Side::Read => "read-lock",
+            Side::Write => "write-lock",
+        };
+        let hold = Hold::new(Labels::new(lock.client(), kind, lock.name()), lock.name());
         LockGuard {
             holder: Some(Holder::ReadWrite(lock, side)),
             token,
             lease,
+            hold: Some(hold),
         }
     }
 
@@ -85,8 +101,13 @@ impl LockGuard {
         fencing: u64,
         registration: Registration,
     ) -> Self {
+        let hold = Hold::new(
+            Labels::new(lock.client(), "simple-lock", lock.name()),
+            lock.name(),
+        );
         LockGuard {
             lease: registration.state().clone(),
+            hold: Some(hold),
             holder: Some(Holder::Simple {
                 lock,
                 token,
@@ -152,10 +173,15 @@ impl LockGuard {
     /// hold is released exactly once and the owner's hold count stays in
     /// step with the server's.
     pub async fn release(mut self) -> Result<()> {
-        match self.holder.take() {
+        let hold = self.hold.take();
+        let result = match self.holder.take() {
             Some(holder) => holder.release().await,
             None => Ok(()),
+        };
+        if let Some(hold) = hold {
+            hold.released(&result);
         }
+        result
     }
 }
 
@@ -177,6 +203,12 @@ impl Holder {
                 lock.release_token_cancel_safe(token, lost_before).await
             }
         }
+    }
+}
+
+impl Grant for LockGuard {
+    fn token(&self) -> Option<u64> {
+        Some(self.token)
     }
 }
 

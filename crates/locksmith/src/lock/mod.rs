@@ -394,6 +394,11 @@ impl Lock {
     /// (always when the subscription is new), then sleep until woken or until the holder's lease or
     /// our wait runs out, and try again.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let labels = crate::observe::Labels::new(&self.shared.client, "lock", self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+    }
+
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let hub = self.shared.client.hub();
         let channel = &self.shared.channel;

@@ -361,6 +361,15 @@ impl ReadWriteLock {
     /// holder's lease end, and (for a preferring writer) every third of the
     /// lease to keep its claim.
     async fn acquire(&self, side: Side, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let kind = match side {
+            Side::Read => "read-lock",
+            Side::Write => "write-lock",
+        };
+        let labels = crate::observe::Labels::new(&self.shared.client, kind, self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(side, wait)).await
+    }
+
+    async fn acquire_inner(&self, side: Side, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
         let claim =

@@ -171,6 +171,11 @@ impl SimpleLock {
     }
 
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let labels = crate::observe::Labels::new(&self.shared.client, "simple-lock", self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+    }
+
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let token = uuid::Uuid::new_v4().simple().to_string();
         let mut waiter = None;

@@ -272,6 +272,12 @@ impl ExpirableSemaphore {
     /// Tries, then waits on the channel, re-checking no later than when the
     /// nearest lease runs out (nothing announces an expiry).
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
+        let labels =
+            crate::observe::Labels::new(&self.shared.client, "permit-semaphore", self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+    }
+
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
         client
@@ -393,6 +399,10 @@ impl ExpirableSemaphore {
             lease: registration.state().clone(),
             registration: Some(registration),
             id,
+            hold: Some(crate::observe::Hold::new(
+                crate::observe::Labels::new(&self.shared.client, "permit-semaphore", self.name()),
+                self.name(),
+            )),
         }))
     }
 
@@ -431,7 +441,11 @@ pub struct Permit {
     lease: Arc<LeaseState>,
     /// The permit id, 32 hex digits (Redisson stores the 16 bytes).
     id: Arc<str>,
+    /// Metrics of this hold.
+    hold: Option<crate::observe::Hold>,
 }
+
+impl crate::observe::Grant for Permit {}
 
 impl Permit {
     /// The permit id, as [`ExpirableSemaphore::release_by_id`] takes it.
@@ -478,12 +492,17 @@ impl Permit {
         };
         // The lease is no longer renewed once the release has started.
         self.registration = None;
+        let hold = self.hold.take();
         let id = self.id.clone();
         let task = tokio::spawn(async move { semaphore.release_by_id(&id).await });
-        match task.await {
+        let result = match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        };
+        if let Some(hold) = hold {
+            hold.released(&result);
         }
+        result
     }
 }
 

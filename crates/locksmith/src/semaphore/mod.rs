@@ -283,6 +283,15 @@ impl Semaphore {
         permits: u64,
         wait: Option<Duration>,
     ) -> Result<Option<SemaphorePermits>> {
+        let labels = crate::observe::Labels::new(&self.shared.client, "semaphore", self.name());
+        crate::observe::acquire(&labels, self.name(), self.acquire_inner(permits, wait)).await
+    }
+
+    async fn acquire_inner(
+        &self,
+        permits: u64,
+        wait: Option<Duration>,
+    ) -> Result<Option<SemaphorePermits>> {
         validate::count(permits, "permits")?;
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
@@ -380,6 +389,10 @@ impl Semaphore {
         SemaphorePermits {
             semaphore: Some(self.clone()),
             permits,
+            hold: Some(crate::observe::Hold::new(
+                crate::observe::Labels::new(&self.shared.client, "semaphore", self.name()),
+                self.name(),
+            )),
         }
     }
 
@@ -410,7 +423,11 @@ pub struct SemaphorePermits {
     semaphore: Option<Semaphore>,
     /// How many permits this guard holds.
     permits: u64,
+    /// Metrics of this hold.
+    hold: Option<crate::observe::Hold>,
 }
+
+impl crate::observe::Grant for SemaphorePermits {}
 
 impl SemaphorePermits {
     /// How many permits this guard holds.
@@ -432,10 +449,15 @@ impl SemaphorePermits {
     /// # Cancel safety
     /// Cancel safe: the release runs as a task of its own.
     pub async fn release(mut self) -> Result<()> {
-        match self.semaphore.take() {
+        let hold = self.hold.take();
+        let result = match self.semaphore.take() {
             Some(semaphore) => semaphore.give_back(self.permits).await,
             None => Ok(()),
+        };
+        if let Some(hold) = hold {
+            hold.released(&result);
         }
+        result
     }
 
     /// Keeps the permits taken without a guard (as

@@ -1,0 +1,218 @@
+//! What every primitive reports, through the `metrics` facade (the
+//! application picks the exporter) and `tracing`: one place, so the names
+//! and labels are the same for every kind.
+//!
+//! Metrics (Prometheus conventions; `kind` is `lock`, `fair-lock`,
+//! `read-lock`, `write-lock`, `simple-lock`, `semaphore`,
+//! `permit-semaphore`, `latch` or `redlock`; lock names become a `name`
+//! label only with [`ClientBuilder::metric_names`](crate::ClientBuilder::metric_names)):
+//! - `locksmith_acquires_total{kind, outcome}`: `granted`, `timeout` (not
+//!   had within the wait), `error`, `cancelled` (the future was dropped);
+//! - `locksmith_acquire_wait_seconds{kind}`: time to a grant;
+//! - `locksmith_waiters{kind}` and `locksmith_holders{kind}`: gauges;
+//! - `locksmith_releases_total{kind, outcome}`: `ok`, `not_held` (the
+//!   lease had been lost), `error`, `dropped` (released in the background);
+//! - `locksmith_hold_seconds{kind}`: time from grant to release;
+//! - `locksmith_leases_lost_total{kind}`;
+//! - `locksmith_renewal_calls_total`, `locksmith_renewal_failures_total`,
+//!   `locksmith_notifications_total`, `locksmith_script_reloads_total`,
+//!   `locksmith_batch_size`, `locksmith_grants_not_replicated_total`.
+//!
+//! Tracing: a `locksmith.acquire` span (debug level) per acquire with
+//! `kind`, `name`, `outcome`, `wait_ms` and `token`; a `locksmith.release`
+//! event with the outcome and the hold time; warnings when a lease is lost
+//! and when a fixed-lease hold passes 80% of its lease.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::Result;
+
+/// Labels for one object: its kind, and its name when the client was
+/// built with `metric_names`.
+#[derive(Debug, Clone)]
+pub(crate) struct Labels {
+    kind: &'static str,
+    name: Option<String>,
+}
+
+impl Labels {
+    pub(crate) fn new(client: &crate::Client, kind: &'static str, name: &str) -> Labels {
+        Labels::of(kind, name, client.config().metric_names)
+    }
+
+    /// Labels for an object not tied to one client (Redlock).
+    pub(crate) fn of(kind: &'static str, name: &str, with_name: bool) -> Labels {
+        Labels {
+            kind,
+            name: with_name.then(|| name.to_owned()),
+        }
+    }
+
+    fn with(&self, extra: Option<(&'static str, &'static str)>) -> Vec<metrics::Label> {
+        let mut labels = vec![metrics::Label::new("kind", self.kind)];
+        if let Some(name) = &self.name {
+            labels.push(metrics::Label::new("name", name.clone()));
+        }
+        if let Some((k, v)) = extra {
+            labels.push(metrics::Label::new(k, v));
+        }
+        labels
+    }
+}
+
+/// What an acquire's result says, for the records.
+pub(crate) trait Grant {
+    /// The grant's fencing token, if it has one.
+    fn token(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Runs an acquire `attempt` with its span, its waiter gauge and its
+/// counters. A dropped future counts as `cancelled`.
+pub(crate) async fn acquire<T: Grant>(
+    labels: &Labels,
+    name: &str,
+    attempt: impl Future<Output = Result<Option<T>>>,
+) -> Result<Option<T>> {
+    let span = tracing::debug_span!(
+        "locksmith.acquire",
+        kind = labels.kind,
+        name,
+        outcome = tracing::field::Empty,
+        wait_ms = tracing::field::Empty,
+        token = tracing::field::Empty,
+    );
+    let started = Instant::now();
+    let mut waiting = Waiting {
+        labels,
+        outcome: "cancelled",
+    };
+    metrics::gauge!("locksmith_waiters", labels.with(None)).increment(1.0);
+    let result = attempt.instrument(span.clone()).await;
+    let waited = started.elapsed();
+    waiting.outcome = match &result {
+        Ok(Some(grant)) => {
+            metrics::histogram!("locksmith_acquire_wait_seconds", labels.with(None))
+                .record(waited.as_secs_f64());
+            if let Some(token) = grant.token() {
+                span.record("token", token);
+            }
+            "granted"
+        }
+        Ok(None) => "timeout",
+        Err(_) => "error",
+    };
+    span.record("outcome", waiting.outcome);
+    span.record("wait_ms", waited.as_secs_f64() * 1e3);
+    result
+}
+
+/// The waiter gauge and outcome counter of one acquire, settled on drop
+/// (so a cancelled acquire is counted too).
+struct Waiting<'a> {
+    labels: &'a Labels,
+    outcome: &'static str,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        metrics::gauge!("locksmith_waiters", self.labels.with(None)).decrement(1.0);
+        metrics::counter!(
+            "locksmith_acquires_total",
+            self.labels.with(Some(("outcome", self.outcome)))
+        )
+        .increment(1);
+    }
+}
+
+/// One hold, from grant to release: the holder gauge, the hold time and
+/// the release counter. A hold dropped without [`Hold::released`] counts
+/// as `dropped` (its guard releases in the background).
+#[derive(Debug)]
+pub(crate) struct Hold {
+    labels: Labels,
+    name: String,
+    granted: Instant,
+    done: bool,
+}
+
+impl Hold {
+    pub(crate) fn new(labels: Labels, name: &str) -> Hold {
+        metrics::gauge!("locksmith_holders", labels.with(None)).increment(1.0);
+        Hold {
+            labels,
+            name: name.to_owned(),
+            granted: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// Records the release's result.
+    pub(crate) fn released<T>(mut self, result: &Result<T>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) if e.kind() == crate::ErrorKind::NotHeld => "not_held",
+            Err(_) => "error",
+        };
+        self.finish(outcome);
+    }
+
+    fn finish(&mut self, outcome: &'static str) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let held = self.granted.elapsed();
+        metrics::gauge!("locksmith_holders", self.labels.with(None)).decrement(1.0);
+        metrics::histogram!("locksmith_hold_seconds", self.labels.with(None))
+            .record(held.as_secs_f64());
+        metrics::counter!(
+            "locksmith_releases_total",
+            self.labels.with(Some(("outcome", outcome)))
+        )
+        .increment(1);
+        if outcome == "not_held" {
+            lost(&self.labels, &self.name, held);
+        }
+        tracing::debug!(
+            target: "locksmith.release",
+            kind = self.labels.kind,
+            name = %self.name,
+            outcome,
+            held_ms = held.as_secs_f64() * 1e3,
+            "released"
+        );
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.finish("dropped");
+    }
+}
+
+/// Records a lost lease (found at release, or by the watchdog).
+pub(crate) fn lost(labels: &Labels, name: &str, held: Duration) {
+    metrics::counter!("locksmith_leases_lost_total", labels.with(None)).increment(1);
+    tracing::warn!(
+        kind = labels.kind,
+        name,
+        held_ms = held.as_secs_f64() * 1e3,
+        "lease lost: another holder may have run meanwhile; writes should carry the fencing token"
+    );
+}
+
+/// Warns that a fixed-lease hold passed 80% of its lease.
+pub(crate) fn lease_nearly_over(key: &str, lease: Duration, held: Duration) {
+    tracing::warn!(
+        name = key,
+        lease_ms = lease.as_millis() as u64,
+        held_ms = held.as_millis() as u64,
+        "a fixed-lease hold passed 80% of its lease; choose a lease of 3-5x the typical hold (this one has run {held:?} of {lease:?}), or let the watchdog renew it"
+    );
+}
