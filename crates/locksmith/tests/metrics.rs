@@ -13,7 +13,9 @@ use metrics_util::MetricKind;
 
 /// (name, sorted labels) -> value, counters and gauges as f64, histograms
 /// as their sample count.
-fn read(snapshotter: &Snapshotter) -> HashMap<(String, Vec<(String, String)>), f64> {
+type Metrics = HashMap<(String, Vec<(String, String)>), f64>;
+
+fn read(snapshotter: &Snapshotter) -> Metrics {
     snapshotter
         .snapshot()
         .into_vec()
@@ -36,11 +38,7 @@ fn read(snapshotter: &Snapshotter) -> HashMap<(String, Vec<(String, String)>), f
         .collect()
 }
 
-fn get(
-    m: &HashMap<(String, Vec<(String, String)>), f64>,
-    name: &str,
-    labels: &[(&str, &str)],
-) -> f64 {
+fn get(m: &Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut want: Vec<(String, String)> = labels
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
