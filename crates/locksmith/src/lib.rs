@@ -88,4 +88,6 @@ pub mod guides {
     pub mod topologies {}
     #[doc = include_str!("../../../docs/performance.md")]
     pub mod performance {}
+    #[doc = include_str!("../../../docs/operations.md")]
+    pub mod operations {}
 }
