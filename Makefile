@@ -13,7 +13,8 @@ lint: setup
 
 test: lint
 	$(CARGO) test --workspace --all-targets
-	$(CARGO) test -p locksmith --features blocking --test examples --test blocking
+	$(CARGO) test -p locksmith --features blocking --test blocking
+	$(CARGO) test -p locksmith --features blocking --test examples -- the_blocking_example_runs
 	$(CARGO) test --workspace --doc
 
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers

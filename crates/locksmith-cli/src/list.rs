@@ -18,11 +18,23 @@ pub(crate) struct ListArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     json: bool,
-    /// Stop after this many objects (the scan is bounded too).
+    /// Stop after this many objects.
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
+    /// Stop after examining this many keys (hashes and strings; others
+    /// are never fetched), so a huge database is not walked whole.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_keys: u64,
 }
+
+/// Longest string a locksmith object stores (a count, or a simple lock's
+/// 32-digit token): longer values are not fetched.
+const MAX_STRING: u64 = 32;
+/// Most fields a lock hash is expected to have: larger hashes are not
+/// fetched.
+const MAX_FIELDS: u64 = 1_000;
 
 /// One object found.
 #[derive(Debug, serde::Serialize)]
@@ -89,52 +101,33 @@ fn prefixed(prefix: &str, name: &str) -> String {
 /// Runs `list` against `url`.
 pub(crate) async fn list(url: &str, args: ListArgs) -> Result<u8, CliError> {
     let client = Client::open(url).await?;
-    let mut nodes: Vec<(String, redis::aio::MultiplexedConnection)> = Vec::new();
-    for addr in primaries(&client).await? {
-        let node_url = with_credentials(url, &addr);
-        let conn = redis::Client::open(node_url.as_str())
-            .map_err(|e| CliError::Other(format!("{addr}: {e}")))?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| {
-                CliError::Lock(locksmith::Error::Connect {
-                    addr: addr.clone(),
-                    source: e,
-                })
-            })?;
-        nodes.push((addr, conn));
-    }
+    // One scan per node: on a cluster every primary (own connections),
+    // otherwise the client's own connection (its database, credentials,
+    // and the current primary behind Sentinel).
     let mut found = Vec::new();
-    'nodes: for (addr, conn) in &mut nodes {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&args.pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await
-                .map_err(|e| CliError::Other(format!("SCAN on {addr}: {e}")))?;
-            for key in keys {
-                if is_part(&key) {
-                    continue;
+    let mut unscanned = Vec::new();
+    let mut examined = 0u64;
+    let mut truncated = false;
+    if client.topology() == locksmith::Topology::Cluster {
+        for addr in primaries(&client).await? {
+            let node_url = with_credentials(url, &addr);
+            let conn = match redis::Client::open(node_url.as_str()) {
+                Ok(c) => c.get_multiplexed_async_connection().await,
+                Err(e) => Err(e),
+            };
+            match conn {
+                Ok(mut conn) => {
+                    truncated |= scan(&mut conn, &addr, &args, &mut found, &mut examined).await?;
                 }
-                if let Some(object) = inspect(conn, &key, addr).await? {
-                    found.push(object);
-                    if found.len() as u64 >= args.limit {
-                        break 'nodes;
-                    }
-                }
+                Err(e) => unscanned.push(format!("{addr}: {e}")),
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
+    } else {
+        let mut conn = client.connection();
+        truncated = scan(&mut conn, client.addr(), &args, &mut found, &mut examined).await?;
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
+    found.dedup_by(|a, b| a.name == b.name);
     if args.json {
         println!(
             "{}",
@@ -163,87 +156,152 @@ pub(crate) async fn list(url: &str, args: ListArgs) -> Result<u8, CliError> {
             );
         }
     }
+    if truncated {
+        eprintln!(
+            "locksmith: listing stopped early (--limit {} objects or --max-keys {} keys examined)",
+            args.limit, args.max_keys
+        );
+    }
+    if !unscanned.is_empty() {
+        eprintln!("locksmith: could not scan {}", unscanned.join("; "));
+        return Ok(crate::exit::UNAVAILABLE);
+    }
     Ok(0)
 }
 
-/// The primaries to scan: every primary of a cluster (`CLUSTER SHARDS`
-/// through the client), else the one the client talks to.
-async fn primaries(client: &Client) -> Result<Vec<String>, CliError> {
-    match client.topology() {
-        locksmith::Topology::Cluster => {
-            let mut conn = client.connection();
-            let nodes: String = redis::cmd("CLUSTER")
-                .arg("NODES")
-                .query_async(&mut conn)
+/// Scans one node for hashes and strings matching the pattern (SCAN ...
+/// TYPE, so other keys are never touched) and inspects each; answers
+/// whether a limit cut the listing short. A key that cannot be read
+/// (gone meanwhile, binary) is skipped.
+async fn scan(
+    conn: &mut (impl ConnectionLike + Send),
+    addr: &str,
+    args: &ListArgs,
+    found: &mut Vec<Object>,
+    examined: &mut u64,
+) -> Result<bool, CliError> {
+    for kind in ["hash", "string"] {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&args.pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg(kind)
+                .query_async(conn)
                 .await
-                .map_err(|e| CliError::Other(format!("CLUSTER NODES: {e}")))?;
-            Ok(nodes
-                .lines()
-                .filter(|l| {
-                    let flags = l.split(' ').nth(2).unwrap_or("");
-                    flags.contains("master") && !flags.contains("fail")
-                })
-                .filter_map(|l| l.split(' ').nth(1))
-                .map(|a| a.split('@').next().unwrap_or(a).to_owned())
-                .collect())
+                .map_err(|e| CliError::Other(format!("SCAN on {addr}: {e}")))?;
+            for key in keys {
+                let Ok(key) = String::from_utf8(key) else {
+                    continue;
+                };
+                if is_part(&key) {
+                    continue;
+                }
+                *examined += 1;
+                if let Ok(Some(object)) = inspect(conn, &key, kind, addr).await {
+                    found.push(object);
+                }
+                if found.len() as u64 >= args.limit || *examined >= args.max_keys {
+                    return Ok(true);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        _ => Ok(vec![client.addr().to_owned()]),
     }
+    Ok(false)
+}
+
+/// The primaries to scan on a cluster (`CLUSTER NODES` through the
+/// client), skipping nodes without an address yet.
+async fn primaries(client: &Client) -> Result<Vec<String>, CliError> {
+    let mut conn = client.connection();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| CliError::Other(format!("CLUSTER NODES: {e}")))?;
+    Ok(nodes
+        .lines()
+        .filter(|l| {
+            let flags = l.split(' ').nth(2).unwrap_or("");
+            flags.contains("master") && !flags.contains("noaddr") && !flags.contains("handshake")
+        })
+        .filter_map(|l| l.split(' ').nth(1))
+        .map(|a| {
+            let hostport = a.split('@').next().unwrap_or(a);
+            // IPv6 addresses come unbracketed: host is everything before
+            // the last colon.
+            match hostport.rsplit_once(':') {
+                Some((host, port)) if host.contains(':') => format!("[{host}]:{port}"),
+                _ => hostport.to_owned(),
+            }
+        })
+        .collect())
 }
 
 /// `redis://[user:pass@]addr` with the credentials of `url`, if any.
 fn with_credentials(url: &str, addr: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    match rest.split_once('@') {
+    match rest.rsplit_once('@') {
         Some((creds, _)) if !creds.contains('/') => format!("redis://{creds}@{addr}"),
         _ => format!("redis://{addr}"),
     }
 }
 
-/// What `key` is, if it is one of ours.
+/// What `key` (a hash or a string, per `kind`) is, if it is one of ours.
 async fn inspect(
     conn: &mut (impl ConnectionLike + Send),
     key: &str,
+    kind: &str,
     node: &str,
-) -> Result<Option<Object>, CliError> {
-    let failed = |e: redis::RedisError| CliError::Other(format!("inspecting {key:?}: {e}"));
-    let kind: String = redis::cmd("TYPE")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .map_err(failed)?;
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .map_err(failed)?;
-    let lease = u64::try_from(pttl).ok();
+) -> redis::RedisResult<Option<Object>> {
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query_async(conn).await?;
     let mut object = Object {
         name: key.to_owned(),
         kind: "",
         holders: Vec::new(),
         count: None,
-        remaining_lease_ms: lease,
+        remaining_lease_ms: u64::try_from(pttl).ok(),
         waiters: 0,
         node: node.to_owned(),
     };
-    match kind.as_str() {
-        "hash" => {
-            let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-                .arg(key)
-                .query_async(conn)
-                .await
-                .map_err(failed)?;
-            let mode = fields
-                .iter()
-                .find(|(f, _)| f == "mode")
-                .map(|(_, v)| v.clone());
-            let owners: Vec<(String, u64)> = fields
-                .iter()
-                .filter(|(f, _)| is_owner(f))
-                .filter_map(|(f, v)| v.parse().ok().map(|n| (f.clone(), n)))
-                .collect();
-            if mode.is_some() {
+    if kind == "hash" {
+        let len: u64 = redis::cmd("HLEN").arg(key).query_async(conn).await?;
+        if len == 0 || len > MAX_FIELDS {
+            return Ok(None);
+        }
+        let raw: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL").arg(key).query_async(conn).await?;
+        let fields: Vec<(String, String)> = raw
+            .into_iter()
+            .map(|(f, v)| {
+                (
+                    String::from_utf8_lossy(&f).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
+            .collect();
+        let mode = fields
+            .iter()
+            .find(|(f, _)| f == "mode")
+            .map(|(_, v)| v.as_str());
+        let owners: Vec<(String, u64)> = fields
+            .iter()
+            .filter(|(f, _)| is_owner(f))
+            .filter_map(|(f, v)| v.parse().ok().map(|n| (f.clone(), n)))
+            .collect();
+        let others = fields.len() - owners.len() - usize::from(mode.is_some());
+        if others > 0 {
+            return Ok(None);
+        }
+        match mode {
+            Some("read" | "write") => {
                 object.kind = "read-write-lock";
                 object.holders = owners;
                 // Writers waiting with a preference claim, and whoever
@@ -255,84 +313,85 @@ async fn inspect(
                     .unwrap_or(0);
                 let listening = numsub(conn, &prefixed("redisson_rwlock", key)).await;
                 object.waiters = writers.max(listening);
-            } else if !owners.is_empty() && owners.len() == fields.len() {
+            }
+            Some(_) => return Ok(None),
+            None if !owners.is_empty() => {
                 let queue = prefixed("redisson_lock_queue", key);
                 let queued: u64 = redis::cmd("LLEN")
                     .arg(&queue)
                     .query_async(conn)
                     .await
                     .unwrap_or(0);
-                let fair: bool = redis::cmd("EXISTS")
-                    .arg(prefixed("redisson_lock_timeout", key))
-                    .query_async(conn)
-                    .await
-                    .unwrap_or(false);
-                object.kind = if queued > 0 || fair {
-                    "fair-lock"
-                } else {
-                    "lock"
-                };
+                object.kind = if queued > 0 { "fair-lock" } else { "lock" };
                 object.holders = owners;
                 object.waiters = if queued > 0 {
                     queued
                 } else {
                     numsub(conn, &prefixed("redisson_lock__channel", key)).await
                 };
-            } else {
-                return Ok(None);
             }
+            None => return Ok(None),
         }
-        "string" => {
-            let value: String = redis::cmd("GET")
-                .arg(key)
-                .query_async(conn)
-                .await
-                .map_err(failed)?;
-            if let Ok(n) = value.parse::<i64>() {
-                let timeouts = suffixed(key, "timeout");
-                let leased: u64 = redis::cmd("ZCARD")
-                    .arg(&timeouts)
-                    .query_async(conn)
-                    .await
-                    .unwrap_or(0);
-                let expirable: bool = redis::cmd("EXISTS")
-                    .arg(&timeouts)
-                    .query_async(conn)
-                    .await
-                    .unwrap_or(false);
-                let semaphore_waiters = numsub(conn, &prefixed("redisson_sc", key)).await;
-                let latch_waiters = numsub(
-                    conn,
-                    &format!("redisson_countdownlatch__channel__{{{key}}}"),
-                )
-                .await;
-                object.count = Some(n);
-                if expirable {
-                    object.kind = "permit-semaphore";
-                    object.holders = vec![("permits with leases".into(), leased)];
-                    object.waiters = semaphore_waiters;
-                } else if latch_waiters > 0 {
-                    object.kind = "latch";
-                    object.waiters = latch_waiters;
-                } else if semaphore_waiters > 0 {
-                    object.kind = "semaphore";
-                    object.waiters = semaphore_waiters;
-                } else {
-                    // The same layout: a semaphore's permits, a latch's
-                    // count, or any other counter.
-                    object.kind = "counter";
-                }
-            } else if value.len() == 32 && value.chars().all(|c| c.is_ascii_hexdigit()) {
-                object.kind = "simple-lock";
-                object.holders = vec![(value, 1)];
-                object.waiters = numsub(conn, &prefixed("redisson_lock__channel", key)).await;
-            } else {
-                return Ok(None);
-            }
-        }
-        _ => return Ok(None),
+        return Ok(Some(object));
     }
-    Ok(Some(object))
+    let len: u64 = redis::cmd("STRLEN").arg(key).query_async(conn).await?;
+    if len == 0 || len > MAX_STRING {
+        return Ok(None);
+    }
+    let Some(value): Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(conn).await? else {
+        return Ok(None);
+    };
+    let value = String::from_utf8_lossy(&value).into_owned();
+    if let Ok(n) = value.parse::<i64>() {
+        let timeouts = suffixed(key, "timeout");
+        let leased: u64 = redis::cmd("ZCARD")
+            .arg(&timeouts)
+            .query_async(conn)
+            .await
+            .unwrap_or(0);
+        let expirable: bool = redis::cmd("EXISTS")
+            .arg(&timeouts)
+            .query_async(conn)
+            .await
+            .unwrap_or(false);
+        let semaphore_waiters = numsub(conn, &prefixed("redisson_sc", key)).await;
+        let latch_waiters = numsub(
+            conn,
+            &format!("redisson_countdownlatch__channel__{{{key}}}"),
+        )
+        .await;
+        object.count = Some(n);
+        if expirable {
+            object.kind = "permit-semaphore";
+            object.holders = vec![("permits with leases".into(), leased)];
+            object.waiters = semaphore_waiters;
+        } else if latch_waiters > 0 {
+            object.kind = "latch";
+            object.waiters = latch_waiters;
+        } else if semaphore_waiters > 0 {
+            object.kind = "semaphore";
+            object.waiters = semaphore_waiters;
+        } else {
+            // The same layout: a semaphore's permits, a latch's count, or
+            // any other counter.
+            object.kind = "counter";
+        }
+        return Ok(Some(object));
+    }
+    // A simple lock: a 32-digit token, with the fencing counter its grants
+    // increment.
+    let token_counter: bool = redis::cmd("EXISTS")
+        .arg(prefixed("redisson_lock_token", key))
+        .query_async(conn)
+        .await
+        .unwrap_or(false);
+    if value.len() == 32 && value.chars().all(|c| c.is_ascii_hexdigit()) && token_counter {
+        object.kind = "simple-lock";
+        object.holders = vec![(value, 1)];
+        object.waiters = numsub(conn, &prefixed("redisson_lock__channel", key)).await;
+        return Ok(Some(object));
+    }
+    Ok(None)
 }
 
 /// Clients subscribed to `channel`, classic and sharded.

@@ -76,6 +76,24 @@ async fn every_kind_is_listed_with_its_holders() {
     let simple = a.simple_lock("l:simple").unwrap().lock().await.unwrap();
     let counter = a.count_down_latch("l:counter").unwrap();
     counter.try_set_count(5).await.unwrap();
+    // Application keys that only look alike are not listed.
+    let mut conn = server.connection().unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("l:settings")
+        .arg("mode")
+        .arg("dark")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("l:session")
+        .arg("0123456789abcdef0123456789abcdef")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("l:blob")
+        .arg(vec![0xffu8; 100])
+        .query(&mut conn)
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let objects = tokio::task::spawn_blocking(move || list_json(&url, &["--pattern", "l:*"]))
@@ -161,4 +179,40 @@ async fn a_cluster_is_scanned_on_every_primary() {
     for g in guards {
         g.release().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_in_the_url_is_the_one_listed() {
+    let server = RedisServer::start().unwrap();
+    let db3 = format!("{}/3", server.url());
+    let client = Client::open(&db3).await.unwrap();
+    let guard = client.lock("d:lock").unwrap().lock().await.unwrap();
+    let (url0, url3) = (server.url(), db3.clone());
+    let (in0, in3) =
+        tokio::task::spawn_blocking(move || (list_json(&url0, &[]), list_json(&url3, &[])))
+            .await
+            .unwrap();
+    assert!(in0.is_empty(), "{in0:?}");
+    assert_eq!(kind_of(&in3, "d:lock"), "lock");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_deployment_is_listed_through_its_primary() {
+    let group = tokio::task::spawn_blocking(locksmith_testkit::SentinelGroup::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let url = format!(
+        "redis+sentinel://{}/{}",
+        group.sentinel_addrs().join(","),
+        group.master_name()
+    );
+    let client = Client::open(&url).await.unwrap();
+    let guard = client.lock("s:lock").unwrap().lock().await.unwrap();
+    let listed = tokio::task::spawn_blocking(move || list_json(&url, &["--pattern", "s:*"]))
+        .await
+        .unwrap();
+    assert_eq!(kind_of(&listed, "s:lock"), "lock");
+    guard.release().await.unwrap();
 }

@@ -23,6 +23,8 @@ pub fn run(url: &str) -> locksmith::Result<()> {
     guard.release()?;
 
     let latch = client.count_down_latch("example:blocking-latch")?;
+    // Start from a known state (a latch left set by an interrupted run).
+    client.block_on(latch_handle(&client).delete())?;
     latch.try_set_count(1)?;
     latch.count_down()?;
     assert!(latch.wait_for(Duration::from_secs(1))?);
@@ -32,6 +34,14 @@ pub fn run(url: &str) -> locksmith::Result<()> {
     assert!(b > a);
     println!("ids {a} < {b}");
     Ok(())
+}
+
+/// The async latch underneath, for what the facade does not wrap.
+fn latch_handle(client: &Client) -> locksmith::CountDownLatch {
+    client
+        .as_async()
+        .count_down_latch("example:blocking-latch")
+        .expect("a valid name")
 }
 
 #[allow(dead_code)]

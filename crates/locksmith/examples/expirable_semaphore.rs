@@ -13,7 +13,7 @@ pub async fn run(url: &str) -> locksmith::Result<()> {
     let client = Client::open(url).await?;
     let encoders = client.expirable_semaphore("example:encoders")?;
     encoders.try_set_permits(1).await?;
-    let short = encoders.with_lease(Duration::from_millis(500))?;
+    let short = encoders.with_lease(Duration::from_secs(2))?;
     let permit = short.acquire().await?;
     println!(
         "permit {} ({:?} of lease left)",

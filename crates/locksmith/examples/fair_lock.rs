@@ -14,14 +14,18 @@ pub async fn run(url: &str) -> locksmith::Result<()> {
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..3 {
-        let (client, order) = (client.clone(), order.clone());
+        let (waiter, order) = (client.clone(), order.clone());
         waiters.push(tokio::spawn(async move {
-            let guard = client.fair_lock("example:payouts")?.lock().await?;
+            let guard = waiter.fair_lock("example:payouts")?.lock().await?;
             order.lock().expect("not poisoned").push(i);
             guard.release().await
         }));
-        // Let each join the queue before the next.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Let each join the queue before the next one starts.
+        let lock = client.fair_lock("example:payouts")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while lock.info().await?.queue.len() < i + 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     first.release().await?;
     for w in waiters {

@@ -9,7 +9,8 @@ use locksmith::Client;
 pub async fn run(url: &str) -> locksmith::Result<()> {
     let client = Client::open(url).await?;
     let pool = client.semaphore("example:db-pool")?;
-    pool.try_set_permits(2).await?;
+    pool.drain().await?; // start from a known state
+    pool.add_permits(2).await?;
     let one = pool.acquire(1).await?;
     let two = pool.acquire(1).await?;
     println!("available after two acquires: {}", pool.available().await?);

@@ -16,11 +16,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Covered: [`Client::lock`], [`Client::fair_lock`], the read and write
+//! sides of a read-write lock, [`Client::semaphore`],
+//! [`Client::count_down_latch`] and [`Client::id_generator`]; anything else
+//! of the async API runs through [`Client::block_on`] on
+//! [`Client::as_async`].
+//!
 //! Every call blocks the calling thread until the async call completes.
-//! Calling from inside an async runtime would block one of its threads and
-//! is refused with [`Error::InvalidArgument`]: use the async API there.
-//! Guards release on drop, as the async ones do (in the background, on the
-//! client's runtime thread).
+//! Calling from a thread where a Tokio runtime is entered (an async task,
+//! but also `spawn_blocking`) is refused with [`Error::InvalidArgument`]:
+//! use the async API there. A dropped guard releases before the drop
+//! returns (bounded by the command timeout), so a program that ends right
+//! after leaves nothing held.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,7 +41,29 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: crate::Client,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<Runtime>,
+}
+
+/// The runtime thread; shut down without blocking when its last owner is
+/// dropped inside an async context (where a blocking shutdown would panic).
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                rt.shutdown_background();
+            }
+        }
+    }
 }
 
 impl Client {
@@ -58,11 +87,15 @@ impl Client {
             .thread_name("locksmith-blocking")
             .enable_all()
             .build()
-            .map_err(|e| Error::invalid(format!("cannot start the runtime thread: {e}")))?;
+            .map_err(|e| {
+                Error::Redis(redis::RedisError::from(std::io::Error::other(format!(
+                    "cannot start the runtime thread: {e}"
+                ))))
+            })?;
         let inner = runtime.block_on(builder.build())?;
         Ok(Client {
             inner,
-            runtime: Arc::new(runtime),
+            runtime: Arc::new(Runtime(Some(runtime))),
         })
     }
 
@@ -160,6 +193,27 @@ impl Client {
             client: self.clone(),
             inner: self.inner.id_generator(prefix)?,
         })
+    }
+}
+
+impl Client {
+    /// A dropped guard's release: awaited here (bounded by the command
+    /// timeout) so it is done before the program can end; inside an async
+    /// context it runs in the background instead, as the async guards do.
+    fn release_on_drop(&self, release: impl Future<Output = Result<()>> + Send + 'static) {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.runtime.spawn(release);
+            return;
+        }
+        let bound = self.inner.config().command_timeout * 3;
+        let result = self
+            .runtime
+            .block_on(async { tokio::time::timeout(bound, release).await });
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "release of a dropped guard failed"),
+            Err(_) => tracing::warn!("release of a dropped guard did not finish in {bound:?}; it continues in the background"),
+        }
     }
 }
 
@@ -305,10 +359,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.inner.take() {
-            // Dropped inside the runtime's context, the async guard's own
-            // drop schedules the release there.
-            let _entered = self.client.runtime.enter();
-            drop(guard);
+            self.client.release_on_drop(guard.release());
         }
     }
 }
@@ -400,8 +451,7 @@ impl SemaphorePermits {
 impl Drop for SemaphorePermits {
     fn drop(&mut self) {
         if let Some(p) = self.inner.take() {
-            let _entered = self.client.runtime.enter();
-            drop(p);
+            self.client.release_on_drop(p.release());
         }
     }
 }

@@ -11,9 +11,12 @@
 //! - `locksmith_acquire_wait_seconds{kind}`: time to a grant;
 //! - `locksmith_waiters{kind}` and `locksmith_holders{kind}`: gauges;
 //! - `locksmith_releases_total{kind, outcome}`: `ok`, `not_held` (the
-//!   lease had been lost), `error`, `dropped` (released in the background);
+//!   lease had been lost), `error`, `dropped` (released in the background),
+//!   `forgotten` (semaphore permits kept with `forget`);
 //! - `locksmith_hold_seconds{kind}`: time from grant to release;
-//! - `locksmith_leases_lost_total{kind}`;
+//! - `locksmith_leases_lost_total{kind}`: releases that found the hold
+//!   gone (one per guard: nested reentrant guards of a lost hold count
+//!   each);
 //! - `locksmith_renewal_calls_total`, `locksmith_renewal_failures_total`,
 //!   `locksmith_notifications_total`, `locksmith_script_reloads_total`,
 //!   `locksmith_batch_size`, `locksmith_grants_not_replicated_total`.
@@ -152,6 +155,11 @@ impl Hold {
         }
     }
 
+    /// Records permits kept on purpose (`forget`): no release.
+    pub(crate) fn forgotten(mut self) {
+        self.finish("forgotten");
+    }
+
     /// Records the release's result.
     pub(crate) fn released<T>(mut self, result: &Result<T>) {
         let outcome = match result {
@@ -196,7 +204,8 @@ impl Drop for Hold {
     }
 }
 
-/// Records a lost lease (found at release, or by the watchdog).
+/// Records a lost lease found at release (the watchdog logs its own
+/// warning when it notices one first).
 pub(crate) fn lost(labels: &Labels, name: &str, held: Duration) {
     metrics::counter!("locksmith_leases_lost_total", labels.with(None)).increment(1);
     tracing::warn!(

@@ -58,6 +58,21 @@ fn locks_exclude_across_threads_and_release_on_drop() {
 }
 
 #[test]
+fn a_guard_dropped_as_the_program_ends_leaves_nothing_held() {
+    let server = RedisServer::start().unwrap();
+    {
+        let client = Client::open(&server.url()).unwrap();
+        let guard = client.lock("b:end").unwrap().lock().unwrap();
+        // The client goes first, then the guard (the end of a `main`).
+        drop(client);
+        drop(guard);
+    }
+    let mut conn = server.connection().unwrap();
+    let held: bool = redis::cmd("EXISTS").arg("b:end").query(&mut conn).unwrap();
+    assert!(!held, "released before the drop returned");
+}
+
+#[test]
 fn errors_are_the_async_api_errors() {
     let server = RedisServer::start().unwrap();
     let client = Client::open(&server.url()).unwrap();

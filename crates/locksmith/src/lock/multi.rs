@@ -309,6 +309,16 @@ impl MultiLock {
     async fn acquire_within(
         &self,
         wait: Option<Duration>,
+        cancel: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<MultiGuard>> {
+        let first = &self.members[0];
+        let labels = crate::observe::Labels::new(first.client(), "multi-lock", first.name());
+        crate::observe::acquire(&labels, first.name(), self.acquire_inner(wait, cancel)).await
+    }
+
+    async fn acquire_inner(
+        &self,
+        wait: Option<Duration>,
         mut cancel: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<MultiGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
@@ -605,6 +615,8 @@ pub struct MultiGuard {
     /// The members' guards, in canonical order.
     guards: Vec<LockGuard>,
 }
+
+impl crate::observe::Grant for MultiGuard {}
 
 impl MultiGuard {
     /// Each member's name and fencing token, in canonical order.

@@ -465,6 +465,9 @@ impl SemaphorePermits {
     /// [`Semaphore::release`]. Answers how many they were.
     pub fn forget(mut self) -> u64 {
         self.semaphore = None;
+        if let Some(hold) = self.hold.take() {
+            hold.forgotten();
+        }
         self.permits
     }
 }
