@@ -30,6 +30,23 @@ pub(crate) enum Kind {
 /// way.
 pub(crate) async fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, CliError> {
     let client = Client::open(url).await?;
+    let (text, value) = describe(&client, name, kind).await?;
+    if json {
+        println!("{value}");
+    } else {
+        print!("{text}");
+    }
+    Ok(0)
+}
+
+/// The state of object `name`, as text and as JSON (what `status` prints
+/// and `watch` redraws).
+pub(crate) async fn describe(
+    client: &Client,
+    name: &str,
+    kind: Kind,
+) -> Result<(String, serde_json::Value), CliError> {
+    let client = client.clone();
     let kind = match kind {
         Kind::Auto => detect(&client, name).await?,
         chosen => Some(chosen),
@@ -110,12 +127,7 @@ pub(crate) async fn status(url: &str, name: &str, kind: Kind, json: bool) -> Res
             )
         }
     };
-    if json {
-        println!("{value}");
-    } else {
-        print!("{text}");
-    }
-    Ok(0)
+    Ok((text, value))
 }
 
 /// The kind the keys show: a hash (or nothing) is a lock, read-write if

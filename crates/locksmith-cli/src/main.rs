@@ -23,6 +23,7 @@ mod ids;
 mod latch;
 mod list;
 mod run;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -106,6 +107,14 @@ enum Command {
     ///   locksmith list --pattern 'orders:*' --json
     #[command(verbatim_doc_comment)]
     List(list::ListArgs),
+    /// A live view of one object, redrawn until Ctrl-C: holders, the fair
+    /// queue or readers, the lease counting down, grants per second.
+    ///
+    /// Examples:
+    ///   locksmith watch nightly-report
+    ///   locksmith watch db-pool --kind semaphore --interval 1s
+    #[command(verbatim_doc_comment)]
+    Watch(watch::WatchArgs),
     /// Set, count down, wait on or read a count-down latch.
     ///
     /// Examples:
@@ -358,6 +367,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
         Command::List(args) => list::list(&redis_url(cli.redis), args).await,
+        Command::Watch(args) => watch::watch(&redis_url(cli.redis), args).await,
         Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
         Command::Id(args) => ids::ids(&redis_url(cli.redis), args).await,
         Command::Completions { shell } => {
