@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::contender::Contender;
 use super::stats::Latencies;
-use super::{drive, print_table, progress, ratio, Bench, Outcome, Phase};
+use super::{drive, progress, ratio, report, Bench, Outcome, Phase};
 
 /// Permits of the semaphore phase.
 const PERMITS: u64 = 8;
@@ -44,7 +44,11 @@ impl Bench {
         let (latch, latch_pings) = self.latch().await?;
 
         println!();
-        print_table(&[&plain, &fair, &semaphore]);
+        report(
+            &self.args,
+            "locksmith bench --family",
+            &[&plain, &fair, &semaphore],
+        )?;
         println!();
         println!("Hand-off to a waiter in another client (release to grant):");
         for (name, h) in [("lock", &plain_h), ("fair lock", &fair_h)] {

@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::{drive, print_table, progress, Bench, Outcome, Phase};
+use super::{drive, progress, report, Bench, Outcome, Phase};
 
 /// Ids per round trip in block mode.
 const BLOCK: u32 = 1000;
@@ -19,7 +19,11 @@ impl Bench {
         let block = self.generator(BLOCK).await?;
         progress(&block);
         println!();
-        print_table(&[&plain, &single, &block]);
+        report(
+            &self.args,
+            "locksmith bench --ids: ids per second",
+            &[&plain, &single, &block],
+        )?;
         let ratio = block.rate() / single.rate().max(1e-9);
         println!("\nTargets:");
         let pass = ratio >= 20.0;

@@ -23,6 +23,7 @@
 //! EVAL, SCRIPT, SUBSCRIBE, UNSUBSCRIBE, and SET beyond the critical
 //! section's own); commands run inside scripts are listed separately.
 
+mod chart;
 mod contender;
 mod family;
 mod ids;
@@ -120,6 +121,12 @@ pub(crate) struct BenchArgs {
     /// vs spread over slots), all started here. Not with --redis.
     #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock"])]
     multi: bool,
+    /// Also write the phases' numbers here as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+    /// Also draw the phases' rates here as an SVG bar chart.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<std::path::PathBuf>,
 }
 
 /// What one throughput phase measured.
@@ -316,7 +323,11 @@ impl Bench {
         let rs_h = self.handoff(self.rslock(), self.rslock()).await?;
 
         println!();
-        print_table(&[&raw, &raw_batched, &rs_u, &ls_u, &rs_c, &ls_c]);
+        report(
+            &self.args,
+            "locksmith bench: lock phases on one Redis",
+            &[&raw, &raw_batched, &rs_u, &ls_u, &rs_c, &ls_c],
+        )?;
         println!(
             "lock cmd: commands the client sent to lock and unlock, per op; srv µs: server time \
              per op in them (scripts include what they ran), from INFO commandstats"
@@ -752,6 +763,24 @@ where
 {
     let start = Instant::now();
     let deadline = start + duration;
+    // A bar over the phase's duration (drawn only on a terminal).
+    let bar = indicatif::ProgressBar::new(duration.as_millis() as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("  {spinner} {msg} [{bar:30}] {elapsed}/{duration}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(format!("{tasks} tasks"));
+    let ticking = {
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            while Instant::now() < deadline {
+                bar.set_position(start.elapsed().as_millis() as u64);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let _clear = ClearOnDrop(bar, ticking);
     let mut set = JoinSet::new();
     for i in 0..tasks {
         set.spawn(task(i, deadline));
@@ -775,6 +804,17 @@ where
         }
     }
     Ok((ops, start.elapsed(), waits))
+}
+
+/// Clears a phase's progress bar and stops its ticker when the phase ends
+/// (or fails).
+struct ClearOnDrop(indicatif::ProgressBar, tokio::task::JoinHandle<()>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.1.abort();
+        self.0.finish_and_clear();
+    }
 }
 
 async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
@@ -807,6 +847,52 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 
 fn progress(phase: &Phase) {
     eprintln!("  done: {} ({:.0}/s)", phase.name, phase.rate());
+}
+
+/// Prints the table and, when asked, writes the phases as JSON and an SVG
+/// chart.
+fn report(args: &BenchArgs, title: &str, phases: &[&Phase]) -> Result<(), String> {
+    print_table(phases);
+    if let Some(path) = &args.json {
+        let rows: Vec<serde_json::Value> = phases
+            .iter()
+            .map(|p| {
+                let waits = p.waits.as_ref();
+                serde_json::json!({
+                    "phase": p.name,
+                    "ops_per_s": p.rate(),
+                    "ops": p.ops,
+                    "elapsed_s": p.elapsed.as_secs_f64(),
+                    "wait_p50_us": waits.map(|w| w.p50().as_micros() as u64),
+                    "wait_p99_us": waits.map(|w| w.p99().as_micros() as u64),
+                    "wait_max_us": waits.map(|w| w.max().as_micros() as u64),
+                    "lock_commands_per_op": p.lock_cmds,
+                    "server_us_per_op": p.lock_usec,
+                    "check": p.check,
+                    "commands": p.detail,
+                })
+            })
+            .collect();
+        let json = serde_json::json!({
+            "title": title,
+            "tasks": args.tasks,
+            "duration_s": args.duration.as_secs_f64(),
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "phases": rows,
+        });
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).unwrap_or_default(),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        let svg = chart::bars(title, phases)?;
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn print_table(phases: &[&Phase]) {

@@ -14,7 +14,7 @@ use locksmith_testkit::{RedisCluster, RedisNodes, RedisServer};
 
 use super::contender::{Contender, MULTI_MEMBERS};
 use super::topologies::bench_on;
-use super::{print_table, progress, ratio, BenchArgs, Handoffs, Phase};
+use super::{progress, ratio, report, BenchArgs, Handoffs, Phase};
 
 /// Redlock nodes.
 const NODES: usize = 5;
@@ -60,7 +60,11 @@ pub(super) async fn run_redlock(args: BenchArgs) -> Result<(), String> {
 
     println!();
     println!("Uncontended (every task its own key), commands summed over all servers:");
-    print_table(&[&single, &ours, &theirs]);
+    report(
+        &args,
+        "locksmith bench --redlock: uncontended pairs/s",
+        &[&single, &ours, &theirs],
+    )?;
     println!();
     println!("Hand-off to a waiter in another client (release to grant):");
     print_handoffs(&[
@@ -138,7 +142,11 @@ pub(super) async fn run_multi(args: BenchArgs) -> Result<(), String> {
     }
     println!();
     println!("Uncontended acquire+release pairs/s (every task its own locks), commands summed over primaries:");
-    print_table(&phases.iter().collect::<Vec<_>>());
+    report(
+        &args,
+        "locksmith bench --multi: uncontended pairs/s",
+        &phases.iter().collect::<Vec<_>>(),
+    )?;
     println!();
     let rate = |i: usize| phases[i].rate();
     println!(
