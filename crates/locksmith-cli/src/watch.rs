@@ -67,7 +67,7 @@ pub(crate) async fn watch(url: &str, args: WatchArgs) -> Result<u8, CliError> {
         }
     };
     if tty {
-        let _ = write!(out, "{SHOW_CURSOR}\n");
+        let _ = writeln!(out, "{SHOW_CURSOR}");
         let _ = out.flush();
     }
     result
