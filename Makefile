@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi chaos doc
+.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi bench-peers chaos doc
 
 setup:
 	./scripts/setup
@@ -44,6 +44,10 @@ bench-family: setup
 # Redlock on 5 servers (locksmith and rslock) beside the 1-server lock.
 bench-redlock: setup
 	$(CARGO) run --release -p locksmith-cli -- bench --redlock
+
+# locksmith beside rslock, redis-py and python-redis-lock on one Redis.
+bench-peers: setup
+	$(CARGO) run --release -p locksmith-cli -- bench --peers --duration 2s --json target/bench-peers.json --svg target/bench-peers.svg
 
 # MultiLock of 4 locks on a single server and a cluster (one slot vs spread).
 bench-multi: setup

@@ -27,6 +27,7 @@ mod chart;
 mod contender;
 mod family;
 mod ids;
+mod peers;
 mod scaleout;
 mod stats;
 mod topologies;
@@ -121,6 +122,12 @@ pub(crate) struct BenchArgs {
     /// vs spread over slots), all started here. Not with --redis.
     #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock"])]
     multi: bool,
+    /// Instead of the lock phases, locksmith beside its peers on one Redis:
+    /// rslock, redis-py's Lock and python-redis-lock (run by python3, one
+    /// thread per task; skipped when not installed), uncontended and
+    /// contended.
+    #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock", "multi"])]
+    peers: bool,
     /// Also write the phases' numbers here as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -198,10 +205,12 @@ pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u
             (Some(server), url, true)
         }
     };
-    let (family, ids) = (args.family, args.ids);
+    let (family, ids, peers) = (args.family, args.ids, args.peers);
     let bench = Bench::connect(&url, args).await?;
     let result = if family {
         bench.run_family().await
+    } else if peers {
+        bench.run_peers().await
     } else if ids {
         bench.run_ids().await
     } else {
