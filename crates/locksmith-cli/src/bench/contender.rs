@@ -19,6 +19,8 @@ pub(crate) enum Contender {
     Rslock(rslock::LockManager),
     /// rslock over several servers (its Redlock).
     RslockRedlock(rslock::LockManager),
+    /// The `redisson` crate's async reentrant lock, default options.
+    RedissonCrate(std::sync::Arc<redisson::AsyncRedissonClient>),
     /// locksmith's Redlock over several servers.
     Redlock(locksmith::RedlockNodes),
     /// A locksmith MultiLock of [`MULTI_MEMBERS`] locks per handle; `true`:
@@ -43,6 +45,7 @@ impl Contender {
             Contender::LocksmithFair(_) => "locksmith fair",
             Contender::Rslock(_) => "rslock",
             Contender::RslockRedlock(_) => "rslock redlock",
+            Contender::RedissonCrate(_) => "redisson crate",
             Contender::Redlock(_) => "locksmith redlock",
             Contender::Multi(_, true) => "multilock same slot",
             Contender::Multi(_, false) => "multilock spread",
@@ -65,6 +68,7 @@ impl Contender {
             Contender::Redlock(nodes) => {
                 Handle::Redlock(nodes.lock(key).map_err(|e| e.to_string())?)
             }
+            Contender::RedissonCrate(client) => Handle::RedissonCrate(client.get_lock(key)),
             Contender::Multi(client, same_slot) => {
                 let names = (0..MULTI_MEMBERS).map(|i| {
                     if *same_slot {
@@ -91,6 +95,8 @@ pub(crate) enum Handle {
     Redlock(locksmith::Redlock),
     /// A locksmith MultiLock.
     Multi(locksmith::MultiLock),
+    /// A `redisson` crate lock (it keeps its hold state in the handle).
+    RedissonCrate(redisson::AsyncRLock),
 }
 
 /// A held lock of either library.
@@ -103,6 +109,8 @@ pub(crate) enum Held {
     Redlock(locksmith::RedlockGuard),
     /// A locksmith MultiLock guard.
     Multi(locksmith::MultiGuard),
+    /// A `redisson` crate hold (released through its handle).
+    RedissonCrate,
 }
 
 impl Handle {
@@ -134,6 +142,11 @@ impl Handle {
                 .await
                 .map(Held::Multi)
                 .map_err(|e| e.to_string()),
+            Handle::RedissonCrate(lock) => lock
+                .lock()
+                .await
+                .map(|()| Held::RedissonCrate)
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -153,6 +166,12 @@ impl Handle {
             }
             (Handle::Multi(_), Held::Multi(guard)) => {
                 guard.release().await.map_err(|e| e.to_string())
+            }
+            // Its unlock answers `false` for a full release too (its script
+            // returns the holds left, 0, which the crate reads as "not
+            // released"), so only an error counts.
+            (Handle::RedissonCrate(lock), Held::RedissonCrate) => {
+                lock.unlock().await.map(drop).map_err(|e| e.to_string())
             }
             _ => Err("released through the wrong library".into()),
         }

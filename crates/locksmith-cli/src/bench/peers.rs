@@ -22,12 +22,20 @@ impl Bench {
     /// Runs every contender in both workloads and prints the table.
     pub(super) async fn run_peers(&self) -> Result<(), String> {
         let mut phases = Vec::new();
-        for contender in [self.locksmith().await?, self.rslock()] {
+        for contender in [
+            self.locksmith().await?,
+            self.rslock(),
+            self.redisson_crate().await?,
+        ] {
             let phase = self.uncontended(contender).await?;
             progress(&phase);
             phases.push(phase);
         }
-        for contender in [self.locksmith().await?, self.rslock()] {
+        for contender in [
+            self.locksmith().await?,
+            self.rslock(),
+            self.redisson_crate().await?,
+        ] {
             let phase = self.contended(contender).await?;
             progress(&phase);
             phases.push(phase);
@@ -69,6 +77,7 @@ impl Bench {
         println!();
         for (label, prefix) in [
             ("rslock", "rslock uncontended"),
+            ("the redisson crate", "redisson crate uncontended"),
             ("redis-py", "redis-py uncontended"),
             ("python-redis-lock", "python-redis-lock uncontended"),
         ] {
@@ -81,6 +90,20 @@ impl Bench {
             }
         }
         Ok(())
+    }
+
+    /// A client of the `redisson` crate on the bench's server.
+    async fn redisson_crate(&self) -> Result<super::contender::Contender, String> {
+        // A pool slot per task (and spare): its default pool is smaller
+        // than the bench's task count.
+        let config = redisson::RedissonConfig::single_server(&self.url)
+            .with_pool_size(self.args.tasks * 2 + 8);
+        let client = redisson::AsyncRedissonClient::new(config)
+            .await
+            .map_err(|e| format!("redisson crate: {e}"))?;
+        Ok(super::contender::Contender::RedissonCrate(
+            std::sync::Arc::new(client),
+        ))
     }
 
     /// One Python workload; its counter is checked for the contended one.
