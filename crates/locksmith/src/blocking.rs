@@ -17,9 +17,11 @@
 //! ```
 //!
 //! Covered: [`Client::lock`], [`Client::fair_lock`], the read and write
-//! sides of a read-write lock, [`Client::semaphore`],
-//! [`Client::count_down_latch`] and [`Client::id_generator`]; anything else
-//! of the async API runs through [`Client::block_on`] on
+//! sides of a read-write lock, [`Client::simple_lock`],
+//! [`Client::multi_lock`], [`Client::semaphore`],
+//! [`Client::expirable_semaphore`], [`Client::count_down_latch`] and
+//! [`Client::id_generator`]; anything else of the async API (Redlock,
+//! fenced stores, inspection) runs through [`Client::block_on`] on
 //! [`Client::as_async`].
 //!
 //! Every call blocks the calling thread until the async call completes.
@@ -162,6 +164,46 @@ impl Client {
         })
     }
 
+    /// A simple (`SET NX PX`) lock handle (see
+    /// [`crate::Client::simple_lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::simple_lock`].
+    pub fn simple_lock(&self, name: impl Into<String>) -> Result<Lock> {
+        Ok(Lock {
+            client: self.clone(),
+            inner: LockKind::Simple(self.inner.simple_lock(name)?),
+        })
+    }
+
+    /// A MultiLock over reentrant locks `names` (see
+    /// [`crate::Client::multi_lock`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::multi_lock`].
+    pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiLock>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Ok(MultiLock {
+            client: self.clone(),
+            inner: self.inner.multi_lock(names)?,
+        })
+    }
+
+    /// A semaphore whose permits have ids and leases (see
+    /// [`crate::Client::expirable_semaphore`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::expirable_semaphore`].
+    pub fn expirable_semaphore(&self, name: impl Into<String>) -> Result<ExpirableSemaphore> {
+        Ok(ExpirableSemaphore {
+            client: self.clone(),
+            inner: self.inner.expirable_semaphore(name)?,
+        })
+    }
+
     /// A semaphore (see [`crate::Client::semaphore`]).
     ///
     /// # Errors
@@ -233,9 +275,10 @@ enum LockKind {
     Fair(crate::FairLock),
     Read(crate::ReadWriteLock),
     Write(crate::ReadWriteLock),
+    Simple(crate::SimpleLock),
 }
 
-/// A lock handle of any kind (reentrant, fair, read or write side).
+/// A lock handle of any kind (reentrant, fair, read or write side, simple).
 #[derive(Debug, Clone)]
 pub struct Lock {
     client: Client,
@@ -253,6 +296,7 @@ impl Lock {
             LockKind::Fair(l) => LockKind::Fair(l.with_lease(lease)?),
             LockKind::Read(l) => LockKind::Read(l.with_lease(lease)?),
             LockKind::Write(l) => LockKind::Write(l.with_lease(lease)?),
+            LockKind::Simple(l) => LockKind::Simple(l.with_lease(lease)?),
         };
         Ok(Lock {
             client: self.client.clone(),
@@ -302,6 +346,7 @@ impl Lock {
                 LockKind::Fair(l) => take!(l, lock, try_lock, try_lock_for),
                 LockKind::Read(l) => take!(l, read, try_read, try_read_for),
                 LockKind::Write(l) => take!(l, write, try_write, try_write_for),
+                LockKind::Simple(l) => take!(l, lock, try_lock, try_lock_for),
             }
         })?;
         Ok(guard.map(|inner| LockGuard {
@@ -512,5 +557,190 @@ impl IdGenerator {
     /// As [`crate::IdGenerator::next_id`].
     pub fn next_id(&self) -> Result<i64> {
         self.client.block_on(self.inner.next_id())
+    }
+}
+
+/// A MultiLock (see [`crate::MultiLock`]).
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    client: Client,
+    inner: crate::MultiLock,
+}
+
+impl MultiLock {
+    /// Waits as long as it takes for every member.
+    ///
+    /// # Errors
+    /// As [`crate::MultiLock::lock`].
+    pub fn lock(&self) -> Result<MultiGuard> {
+        let inner = self.client.block_on(self.inner.lock())?;
+        Ok(MultiGuard {
+            client: self.client.clone(),
+            inner: Some(inner),
+        })
+    }
+
+    /// Waits at most `wait` for every member; `None` (nothing held) when
+    /// they could not all be had.
+    ///
+    /// # Errors
+    /// As [`crate::MultiLock::try_lock_for`].
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
+        let got = self.client.block_on(self.inner.try_lock_for(wait))?;
+        Ok(got.map(|inner| MultiGuard {
+            client: self.client.clone(),
+            inner: Some(inner),
+        }))
+    }
+}
+
+/// Every member of a [`MultiLock`], held; dropping it releases them all.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases every member"]
+pub struct MultiGuard {
+    client: Client,
+    inner: Option<crate::MultiGuard>,
+}
+
+impl MultiGuard {
+    /// Each member's name and fencing token.
+    pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
+        self.inner.as_ref().map_or_else(Vec::new, |g| {
+            g.fencing_tokens()
+                .into_iter()
+                .map(|(n, t)| (n.to_owned(), t))
+                .collect()
+        })
+    }
+
+    /// True once any member's lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.as_ref().is_none_or(crate::MultiGuard::is_lost)
+    }
+
+    /// Releases every member and waits for the answer.
+    ///
+    /// # Errors
+    /// As [`crate::MultiGuard::release`].
+    pub fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(guard) => self.client.block_on(guard.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.inner.take() {
+            self.client.release_on_drop(guard.release());
+        }
+    }
+}
+
+/// A semaphore whose permits have ids and leases (see
+/// [`crate::ExpirableSemaphore`]).
+#[derive(Debug, Clone)]
+pub struct ExpirableSemaphore {
+    client: Client,
+    inner: crate::ExpirableSemaphore,
+}
+
+impl ExpirableSemaphore {
+    /// The same semaphore with a fixed permit lease.
+    ///
+    /// # Errors
+    /// As [`crate::ExpirableSemaphore::with_lease`].
+    pub fn with_lease(&self, lease: Duration) -> Result<ExpirableSemaphore> {
+        Ok(ExpirableSemaphore {
+            client: self.client.clone(),
+            inner: self.inner.with_lease(lease)?,
+        })
+    }
+
+    /// Sets the number of permits if the semaphore does not exist yet.
+    ///
+    /// # Errors
+    /// As [`crate::ExpirableSemaphore::try_set_permits`].
+    pub fn try_set_permits(&self, permits: u64) -> Result<bool> {
+        self.client.block_on(self.inner.try_set_permits(permits))
+    }
+
+    /// Permits available now.
+    ///
+    /// # Errors
+    /// As [`crate::ExpirableSemaphore::available`].
+    pub fn available(&self) -> Result<i64> {
+        self.client.block_on(self.inner.available())
+    }
+
+    /// Waits as long as it takes for a permit.
+    ///
+    /// # Errors
+    /// As [`crate::ExpirableSemaphore::acquire`].
+    pub fn acquire(&self) -> Result<Permit> {
+        let inner = self.client.block_on(self.inner.acquire())?;
+        Ok(Permit {
+            client: self.client.clone(),
+            inner: Some(inner),
+        })
+    }
+
+    /// Waits at most `wait` for a permit.
+    ///
+    /// # Errors
+    /// As [`crate::ExpirableSemaphore::try_acquire_for`].
+    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
+        let got = self.client.block_on(self.inner.try_acquire_for(wait))?;
+        Ok(got.map(|inner| Permit {
+            client: self.client.clone(),
+            inner: Some(inner),
+        }))
+    }
+}
+
+/// A permit with an id and a lease; dropping it gives it back.
+#[derive(Debug)]
+#[must_use = "dropping the permit gives it back"]
+pub struct Permit {
+    client: Client,
+    inner: Option<crate::Permit>,
+}
+
+impl Permit {
+    /// The permit id.
+    pub fn id(&self) -> &str {
+        self.inner.as_ref().map_or("", crate::Permit::id)
+    }
+
+    /// The lease left, as known locally.
+    pub fn remaining_lease(&self) -> Duration {
+        self.inner
+            .as_ref()
+            .map_or(Duration::ZERO, crate::Permit::remaining_lease)
+    }
+
+    /// True once the lease is known or assumed lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.as_ref().is_none_or(crate::Permit::is_lost)
+    }
+
+    /// Gives the permit back and waits for the answer.
+    ///
+    /// # Errors
+    /// As [`crate::Permit::release`].
+    pub fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(p) => self.client.block_on(p.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(p) = self.inner.take() {
+            self.client.release_on_drop(p.release());
+        }
     }
 }

@@ -55,6 +55,39 @@ fn locks_exclude_across_threads_and_release_on_drop() {
         .is_none());
     p.release().unwrap();
     assert_eq!(pool.available().unwrap(), 1);
+    // Simple lock, MultiLock, permits.
+    let simple = client.simple_lock("b:simple").unwrap().lock().unwrap();
+    assert!(client
+        .simple_lock("b:simple")
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .is_none());
+    simple.release().unwrap();
+    let both = client
+        .multi_lock(["{b}:x", "{b}:y"])
+        .unwrap()
+        .lock()
+        .unwrap();
+    assert_eq!(both.fencing_tokens().len(), 2);
+    assert!(client
+        .multi_lock(["{b}:y"])
+        .unwrap()
+        .try_lock_for(Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    drop(both); // released before the drop returns
+    assert!(client.lock("{b}:x").unwrap().try_lock().unwrap().is_some());
+    let permits = client.expirable_semaphore("b:permits").unwrap();
+    permits.try_set_permits(1).unwrap();
+    let permit = permits.acquire().unwrap();
+    assert_eq!(permit.id().len(), 32);
+    assert!(permits
+        .try_acquire_for(Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    drop(permit);
+    assert_eq!(permits.available().unwrap(), 1);
 }
 
 #[test]

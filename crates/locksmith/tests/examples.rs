@@ -22,6 +22,8 @@ mod read_write_lock;
 mod redlock;
 #[path = "../examples/semaphore.rs"]
 mod semaphore;
+#[path = "../examples/simple_lock.rs"]
+mod simple_lock;
 
 #[cfg(feature = "blocking")]
 #[path = "../examples/blocking.rs"]
@@ -34,6 +36,7 @@ async fn every_example_runs() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     lock::run(&url).await.expect("lock");
+    simple_lock::run(&url).await.expect("simple_lock");
     fair_lock::run(&url).await.expect("fair_lock");
     read_write_lock::run(&url).await.expect("read_write_lock");
     semaphore::run(&url).await.expect("semaphore");
