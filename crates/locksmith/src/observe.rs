@@ -23,8 +23,10 @@
 //!
 //! Tracing: a `locksmith.acquire` span (debug level) per acquire with
 //! `kind`, `name`, `outcome`, `wait_ms` and `token`; a `locksmith.release`
-//! event with the outcome and the hold time; warnings when a lease is lost
-//! and when a fixed-lease hold passes 80% of its lease.
+//! span per explicit release with `kind`, `name`, `token`, `outcome` and
+//! `held_ms` (a dropped guard's background release logs an event);
+//! warnings when a lease is lost and when a fixed-lease hold passes 80% of
+//! its lease.
 
 use std::future::Future;
 use std::time::Duration;
@@ -153,6 +155,37 @@ impl Hold {
             granted: Instant::now(),
             done: false,
         }
+    }
+
+    /// Runs `release` in a `locksmith.release` span (kind, name, token,
+    /// outcome, hold time) and records its result.
+    pub(crate) async fn release<T>(
+        self,
+        token: Option<u64>,
+        release: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = tracing::debug_span!(
+            "locksmith.release",
+            kind = self.labels.kind,
+            name = %self.name,
+            token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            held_ms = self.granted.elapsed().as_secs_f64() * 1e3,
+        );
+        if let Some(token) = token {
+            span.record("token", token);
+        }
+        let result = release.instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(_) => "ok",
+                Err(e) if e.kind() == crate::ErrorKind::NotHeld => "not_held",
+                Err(_) => "error",
+            },
+        );
+        self.released(&result);
+        result
     }
 
     /// Records permits kept on purpose (`forget`): no release.

@@ -1142,11 +1142,11 @@ impl RedlockGuard {
     /// future is dropped.
     pub async fn release(mut self) -> Result<()> {
         let hold = self.hold.take();
-        let result = self.release_inner().await;
-        if let Some(hold) = hold {
-            hold.released(&result);
+        let token = self.token;
+        match hold {
+            Some(hold) => hold.release(Some(token), self.release_inner()).await,
+            None => self.release_inner().await,
         }
-        result
     }
 
     async fn release_inner(&mut self) -> Result<()> {

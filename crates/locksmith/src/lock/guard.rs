@@ -174,14 +174,16 @@ impl LockGuard {
     /// step with the server's.
     pub async fn release(mut self) -> Result<()> {
         let hold = self.hold.take();
-        let result = match self.holder.take() {
-            Some(holder) => holder.release().await,
-            None => Ok(()),
+        let release = async {
+            match self.holder.take() {
+                Some(holder) => holder.release().await,
+                None => Ok(()),
+            }
         };
-        if let Some(hold) = hold {
-            hold.released(&result);
+        match hold {
+            Some(hold) => hold.release(Some(self.token), release).await,
+            None => release.await,
         }
-        result
     }
 }
 

@@ -495,14 +495,16 @@ impl Permit {
         let hold = self.hold.take();
         let id = self.id.clone();
         let task = tokio::spawn(async move { semaphore.release_by_id(&id).await });
-        let result = match task.await {
-            Ok(result) => result,
-            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        let release = async move {
+            match task.await {
+                Ok(result) => result,
+                Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+            }
         };
-        if let Some(hold) = hold {
-            hold.released(&result);
+        match hold {
+            Some(hold) => hold.release(None, release).await,
+            None => release.await,
         }
-        result
     }
 }
 

@@ -450,14 +450,18 @@ impl SemaphorePermits {
     /// Cancel safe: the release runs as a task of its own.
     pub async fn release(mut self) -> Result<()> {
         let hold = self.hold.take();
-        let result = match self.semaphore.take() {
-            Some(semaphore) => semaphore.give_back(self.permits).await,
-            None => Ok(()),
+        let permits = self.permits;
+        let semaphore = self.semaphore.take();
+        let release = async move {
+            match semaphore {
+                Some(semaphore) => semaphore.give_back(permits).await,
+                None => Ok(()),
+            }
         };
-        if let Some(hold) = hold {
-            hold.released(&result);
+        match hold {
+            Some(hold) => hold.release(None, release).await,
+            None => release.await,
         }
-        result
     }
 
     /// Keeps the permits taken without a guard (as
