@@ -28,10 +28,13 @@ impl Visit for Fields {
     }
 }
 
-/// Closed spans (name, fields) and warnings (message, fields).
+/// A span's name and fields, by span id.
+type Spans = HashMap<u64, (String, HashMap<String, String>)>;
+
+/// Spans (name, fields) and warnings (fields).
 #[derive(Default, Clone)]
 struct Seen {
-    spans: Arc<Mutex<HashMap<u64, (String, HashMap<String, String>)>>>,
+    spans: Arc<Mutex<Spans>>,
     warnings: Arc<Mutex<Vec<HashMap<String, String>>>>,
 }
 
