@@ -433,6 +433,29 @@ impl MultiLock {
     }
 }
 
+/// Undoes a grant of the all-members script that may have landed (its
+/// reply was lost, or too few replicas saw it): each member's release with
+/// the post-grant count runs in the background, which leaves each owner's
+/// count at the server's again.
+fn roll_back(
+    locks: &[Lock],
+    states: Vec<tokio::sync::OwnedMutexGuard<super::HoldState>>,
+    lease: Duration,
+    until: Instant,
+) {
+    for (lock, state) in locks.iter().zip(states) {
+        let expected_after = state.count + 1;
+        drop(Rollback {
+            shared: lock.shared.clone(),
+            state: Some(state),
+            expected_after,
+            lease,
+            after: None,
+            until,
+        });
+    }
+}
+
 /// What one all-members script call found.
 enum Together {
     Granted(Vec<LockGuard>),
@@ -498,17 +521,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
                 if granted && acks.short(acked) {
                     // Too few replicas saw the grant: undo it.
                     metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
-                    for (lock, state) in locks.iter().zip(states) {
-                        let expected_after = state.count + 1;
-                        drop(Rollback {
-                            shared: lock.shared.clone(),
-                            state: Some(state),
-                            expected_after,
-                            lease,
-                            after: None,
-                            until: first_sent + lease,
-                        });
-                    }
+                    roll_back(&locks, states, lease, first_sent + lease);
                     return Err(Error::NotReplicated {
                         name: locks[0].name().to_owned(),
                         acked: acked.unwrap_or(0),
@@ -521,17 +534,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
             Err(e) => {
                 // The grant may have landed: undo it per member, after
                 // which each owner's count is the server's again.
-                for (lock, state) in locks.iter().zip(states) {
-                    let expected_after = state.count + 1;
-                    drop(Rollback {
-                        shared: lock.shared.clone(),
-                        state: Some(state),
-                        expected_after,
-                        lease,
-                        after: None,
-                        until: first_sent + lease,
-                    });
-                }
+                roll_back(&locks, states, lease, first_sent + lease);
                 return Err(e);
             }
         }
