@@ -84,8 +84,19 @@ pub struct PipelineConfig {
     pub claim_min_idle: Duration,
     /// How often pending entries are checked for claiming and dead-lettering.
     pub claim_interval: Duration,
-    /// Deliveries after which an entry goes to the dead-letter stream.
+    /// Deliveries after which an entry whose write keeps failing for a
+    /// reason that is not an outage (the database refuses it) goes to the
+    /// dead-letter stream. Outages do not count: see `outage_limit`.
     pub max_deliveries: u64,
+    /// How long one order is retried through a database outage (connection
+    /// lost, read-only after a failover, disk full, timeouts) before it is
+    /// dead-lettered; `None` (the default) retries until the database
+    /// returns. The consumer keeps such entries claimed meanwhile, so no
+    /// other instance counts them as failed deliveries.
+    pub outage_limit: Option<Duration>,
+    /// Bound on one order write (connection wait included); a write that
+    /// takes longer counts as an outage and is retried.
+    pub write_timeout: Duration,
     /// How often the database is asked for vouchers whose streams need a
     /// consumer (vouchers created through another instance).
     pub discover_interval: Duration,
@@ -100,6 +111,8 @@ impl Default for PipelineConfig {
             claim_min_idle: Duration::from_secs(10),
             claim_interval: Duration::from_secs(2),
             max_deliveries: 5,
+            outage_limit: None,
+            write_timeout: Duration::from_secs(10),
             discover_interval: Duration::from_secs(1),
             batch: 100,
         }
@@ -118,17 +131,33 @@ pub struct Config {
     /// Bearer token required by the admin endpoints.
     pub admin_token: String,
     /// This instance's consumer name in the order group; a restarted
-    /// instance with the same name drains what it left pending.
+    /// instance with the same name drains what it left pending. The default
+    /// ([`default_consumer_name`]) is unique per process.
     pub consumer_name: String,
     /// Stock segments of vouchers created through this instance.
     pub segments: i64,
-    /// How long a purchase waits for a lock before answering 503 busy.
+    /// How long a purchase waits for each of its locks (the per-user lock,
+    /// then the stock lock or, for `segmented`, all segment locks together)
+    /// before answering 503 busy.
     pub lock_wait: Duration,
-    /// Fixed lease of the purchase locks (no watchdog: the critical section
-    /// is a few Redis round trips).
+    /// Fixed lease of the purchase locks, per-user and stock (no watchdog:
+    /// the critical sections are a few round trips). The per-user lock is
+    /// held across the stock step and the order write, so the lease must
+    /// exceed one lock wait plus the database bounds.
     pub lock_lease: Duration,
-    /// Requests running longer are answered 503.
+    /// A purchase still running after this long is answered 202 "outcome
+    /// unknown" (it completes in the background; the buyer checks `GET
+    /// /vouchers/{id}/orders/mine`); other requests are answered 503.
     pub request_timeout: Duration,
+    /// Pool wait and statement bounds of the database.
+    pub db: crate::db::DbOptions,
+    /// Once a finished sale's stream is drained, its Redis keys (stock,
+    /// buyers, window, stream) expire after this long. The dead-letter
+    /// stream never expires: an operator replays or clears it.
+    pub finished_ttl: Duration,
+    /// `/healthz` reports degraded when the oldest unwritten order has
+    /// waited longer than this.
+    pub max_pipeline_lag: Duration,
     /// The order pipeline.
     pub pipeline: PipelineConfig,
 }
@@ -141,12 +170,89 @@ impl Config {
             database_url: database_url.to_owned(),
             strategy,
             admin_token: "change-me".to_owned(),
-            consumer_name: format!("seckill-{}", std::process::id()),
+            consumer_name: default_consumer_name(),
             segments: 8,
-            lock_wait: Duration::from_secs(10),
-            lock_lease: Duration::from_secs(10),
+            lock_wait: Duration::from_secs(5),
+            lock_lease: Duration::from_secs(15),
             request_timeout: Duration::from_secs(30),
+            db: crate::db::DbOptions::default(),
+            finished_ttl: Duration::from_secs(24 * 3600),
+            max_pipeline_lag: Duration::from_secs(30),
             pipeline: PipelineConfig::default(),
         }
     }
+
+    /// The longest a purchase can take by its own bounds: the per-user lock
+    /// wait, the stock lock wait, one pool wait and one statement, plus
+    /// [`REDIS_ALLOWANCE`] for its Redis round trips.
+    pub fn purchase_budget(&self) -> Duration {
+        self.lock_wait * 2 + self.db.acquire_timeout + self.db.statement_timeout + REDIS_ALLOWANCE
+    }
+
+    /// Checks that the bounds fit together.
+    ///
+    /// # Errors
+    /// A message naming the settings that conflict: a zero duration, a
+    /// purchase budget over the request timeout, or a lock lease shorter
+    /// than what the per-user lock must cover.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("lock wait", self.lock_wait),
+            ("lock lease", self.lock_lease),
+            ("request timeout", self.request_timeout),
+            ("database pool wait", self.db.acquire_timeout),
+            ("statement timeout", self.db.statement_timeout),
+            ("write timeout", self.pipeline.write_timeout),
+            ("claim min idle", self.pipeline.claim_min_idle),
+            ("finished-sale TTL", self.finished_ttl),
+        ] {
+            if d.is_zero() {
+                return Err(format!("the {name} must be greater than zero"));
+            }
+        }
+        if self.consumer_name.trim().is_empty() {
+            return Err("the consumer name must not be empty".into());
+        }
+        if self.purchase_budget() > self.request_timeout {
+            return Err(format!(
+                "request timeout {:?} is shorter than the longest purchase: 2 x lock wait {:?} \
+                 + pool wait {:?} + statement timeout {:?} + {:?} for Redis = {:?}; raise \
+                 --request-timeout or lower the others",
+                self.request_timeout,
+                self.lock_wait,
+                self.db.acquire_timeout,
+                self.db.statement_timeout,
+                REDIS_ALLOWANCE,
+                self.purchase_budget()
+            ));
+        }
+        let held = self.lock_wait + self.db.acquire_timeout + self.db.statement_timeout;
+        if self.lock_lease <= held {
+            return Err(format!(
+                "lock lease {:?} does not cover what the per-user lock is held across: \
+                 lock wait {:?} + pool wait {:?} + statement timeout {:?} = {held:?}; raise \
+                 --lock-lease",
+                self.lock_lease, self.lock_wait, self.db.acquire_timeout, self.db.statement_timeout
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a purchase's Redis round trips may take at most, in
+/// [`Config::purchase_budget`] (a handful of commands, each bounded by the
+/// client's 2 s command timeout, overlapping in practice).
+pub const REDIS_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// A consumer name unique per process, even when two containers both run
+/// the service as PID 1: host name, PID and 8 random hex digits.
+pub fn default_consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("seckill-{host}-{}-{}", std::process::id(), &random[..8])
 }

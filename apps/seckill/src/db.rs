@@ -49,7 +49,7 @@ struct Embedded(Engine);
 
 impl MigrationSource<'static> for Embedded {
     fn resolve(self) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, BoxDynError>> + Send>> {
-        let sql: [(i64, &'static str, &'static str); 2] = match self.0 {
+        let sql: [(i64, &'static str, &'static str); 3] = match self.0 {
             Engine::Sqlite => [
                 (
                     1,
@@ -60,6 +60,11 @@ impl MigrationSource<'static> for Embedded {
                     2,
                     "stock may go negative",
                     include_str!("../migrations/sqlite/0002_stock_may_go_negative.sql"),
+                ),
+                (
+                    3,
+                    "pipeline state",
+                    include_str!("../migrations/sqlite/0003_pipeline_state.sql"),
                 ),
             ],
             Engine::Postgres => [
@@ -72,6 +77,11 @@ impl MigrationSource<'static> for Embedded {
                     2,
                     "stock may go negative",
                     include_str!("../migrations/postgres/0002_stock_may_go_negative.sql"),
+                ),
+                (
+                    3,
+                    "pipeline state",
+                    include_str!("../migrations/postgres/0003_pipeline_state.sql"),
                 ),
             ],
         };
@@ -108,10 +118,20 @@ pub struct Voucher {
     pub end_ms: i64,
     /// How many stock segments the `segmented` strategy splits the stock into.
     pub segments: i64,
+    /// When the pipeline wrote the last order of the finished sale (Unix
+    /// ms); `None` while the order stream may still hold work.
+    pub drained_ms: Option<i64>,
+}
+
+impl Voucher {
+    /// True once the sale window has closed at `now_ms`.
+    pub fn has_ended(&self, now_ms: i64) -> bool {
+        now_ms >= self.end_ms
+    }
 }
 
 /// An order as stored (written orders only).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Order {
     /// The id handed to the buyer when the purchase was accepted.
     pub id: i64,
@@ -152,6 +172,66 @@ pub enum StockGuard {
     Unguarded,
 }
 
+/// Time bounds of every database call.
+#[derive(Debug, Clone, Copy)]
+pub struct DbOptions {
+    /// Longest wait for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// Longest run of one statement: PostgreSQL's `statement_timeout`,
+    /// SQLite's `busy_timeout` (how long a writer waits for the lock).
+    pub statement_timeout: Duration,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        DbOptions {
+            acquire_timeout: Duration::from_secs(3),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// True for database errors that go away by themselves: the connection
+/// was lost or refused, the server is shutting down or read-only (a
+/// failover), out of disk or memory, a lock or statement timeout, a
+/// serialization conflict. Retrying such a write later succeeds; anything
+/// else is a problem with the write itself.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            if code.chars().all(|c| c.is_ascii_digit()) && !code.is_empty() {
+                // SQLite: the primary result code is the low byte of the
+                // extended one. BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL,
+                // CANTOPEN.
+                let primary = code.parse::<u32>().unwrap_or(0) & 0xff;
+                return matches!(primary, 5 | 6 | 7 | 8 | 10 | 13 | 14);
+            }
+            // PostgreSQL SQLSTATE: connection exceptions, insufficient
+            // resources (disk full, out of memory, too many connections),
+            // operator intervention (shutdown, statement timeout, cannot
+            // connect now), system errors, read-only transaction (a
+            // standby after failover), serialization failure and deadlock,
+            // lock not available.
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57")
+                || code.starts_with("58")
+                || code == "25006"
+                || code == "40001"
+                || code == "40P01"
+                || code == "55P03"
+        }
+        _ => false,
+    }
+}
+
 /// The order database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Db {
@@ -174,8 +254,9 @@ impl Db {
     ///
     /// # Errors
     /// Unsupported URL, unreachable database, or a failed migration.
-    pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
+    pub async fn connect(url: &str, limits: DbOptions) -> Result<Db, sqlx::Error> {
         sqlx::any::install_default_drivers();
+        let statement_ms = limits.statement_timeout.as_millis().max(1) as u64;
         let engine = Engine::of_url(url)?;
         let options = AnyConnectOptions::from_str(url)?;
         let pool = AnyPoolOptions::new()
@@ -185,7 +266,7 @@ impl Db {
                 Engine::Sqlite => 4,
                 Engine::Postgres => 16,
             })
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(limits.acquire_timeout)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if engine == Engine::Sqlite {
@@ -197,7 +278,11 @@ impl Db {
                         sqlx::query("PRAGMA synchronous = NORMAL")
                             .execute(&mut *conn)
                             .await?;
-                        sqlx::query("PRAGMA busy_timeout = 10000")
+                        sqlx::query(&format!("PRAGMA busy_timeout = {statement_ms}"))
+                            .execute(&mut *conn)
+                            .await?;
+                    } else {
+                        sqlx::query(&format!("SET statement_timeout = {statement_ms}"))
                             .execute(&mut *conn)
                             .await?;
                     }
@@ -261,6 +346,7 @@ impl Db {
             begin_ms,
             end_ms,
             segments,
+            drained_ms: None,
         };
         seed(voucher.clone()).await?;
         tx.commit().await?;
@@ -270,7 +356,7 @@ impl Db {
     /// One voucher by id.
     pub async fn voucher(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
         let row = sqlx::query(
-            "SELECT id, title, stock_total, stock, begin_ms, end_ms, segments \
+            "SELECT id, title, stock_total, stock, begin_ms, end_ms, segments, drained_ms \
              FROM vouchers WHERE id = $1",
         )
         .bind(id)
@@ -279,15 +365,40 @@ impl Db {
         row.map(|r| voucher_from_row(&r)).transpose()
     }
 
-    /// Ids of vouchers whose sale window ended less than `grace` ago (or has
-    /// not ended): the ones whose order streams still need a consumer.
-    pub async fn live_voucher_ids(&self, grace: Duration) -> Result<Vec<i64>, sqlx::Error> {
-        let since = now_ms() - grace.as_millis() as i64;
-        let rows = sqlx::query("SELECT id FROM vouchers WHERE end_ms >= $1 ORDER BY id")
-            .bind(since)
-            .fetch_all(&self.pool)
+    /// Vouchers whose order streams may still hold work: every voucher not
+    /// yet marked drained, however long ago its sale ended.
+    pub async fn undrained_vouchers(&self) -> Result<Vec<Voucher>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, title, stock_total, stock, begin_ms, end_ms, segments, drained_ms \
+             FROM vouchers WHERE drained_ms IS NULL ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(voucher_from_row).collect()
+    }
+
+    /// Records that a finished sale's stream is drained: no consumer is
+    /// needed for it any more. Returns false when another instance did
+    /// first.
+    pub async fn mark_drained(&self, voucher_id: i64) -> Result<bool, sqlx::Error> {
+        let done =
+            sqlx::query("UPDATE vouchers SET drained_ms = $1 WHERE id = $2 AND drained_ms IS NULL")
+                .bind(now_ms())
+                .bind(voucher_id)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        Ok(done == 1)
+    }
+
+    /// Clears the drained mark, so consumers start again (after a
+    /// dead-letter replay put work back into the stream).
+    pub async fn mark_undrained(&self, voucher_id: i64) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE vouchers SET drained_ms = NULL WHERE id = $1")
+            .bind(voucher_id)
+            .execute(&self.pool)
             .await?;
-        rows.iter().map(|r| r.try_get(0)).collect()
+        Ok(())
     }
 
     /// Writes one order in one transaction: insert (a duplicate is ignored),
@@ -300,13 +411,14 @@ impl Db {
     ) -> Result<WriteOutcome, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
-            "INSERT INTO orders (id, voucher_id, user_id, created_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO orders (id, voucher_id, user_id, created_ms, guarded) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(order.id)
         .bind(order.voucher_id)
         .bind(order.user_id)
         .bind(now_ms())
+        .bind(i64::from(guard == StockGuard::Enforce))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -341,6 +453,12 @@ impl Db {
             tx.rollback().await?;
             return Ok(WriteOutcome::StockExhausted);
         }
+        // A dead-lettered order replayed by an operator: it is no longer
+        // failed once written.
+        sqlx::query("DELETE FROM failed_orders WHERE id = $1")
+            .bind(order.id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(WriteOutcome::Created)
     }
@@ -393,6 +511,81 @@ impl Db {
         rows.iter().map(order_from_row).collect()
     }
 
+    /// One page of a voucher's written orders, by id, after `after`
+    /// (exclusive), at most `limit`.
+    pub async fn orders_page(
+        &self,
+        voucher_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Order>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, voucher_id, user_id FROM orders WHERE voucher_id = $1 AND id > $2 \
+             ORDER BY id LIMIT $3",
+        )
+        .bind(voucher_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(order_from_row).collect()
+    }
+
+    /// How many orders a voucher has in the database.
+    pub async fn order_count(&self, voucher_id: i64) -> Result<i64, sqlx::Error> {
+        let row = sqlx::query("SELECT COUNT(*) FROM orders WHERE voucher_id = $1")
+            .bind(voucher_id)
+            .fetch_one(&self.pool)
+            .await?;
+        row.try_get(0)
+    }
+
+    /// A user's written orders for a voucher (more than one only for the
+    /// racy strategies), oldest first.
+    pub async fn orders_of_user(
+        &self,
+        voucher_id: i64,
+        user_id: i64,
+    ) -> Result<Vec<Order>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, voucher_id, user_id FROM orders WHERE voucher_id = $1 AND user_id = $2 \
+             ORDER BY id",
+        )
+        .bind(voucher_id)
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(order_from_row).collect()
+    }
+
+    /// A user's failed orders for a voucher, with the reasons.
+    pub async fn failed_of_user(
+        &self,
+        voucher_id: i64,
+        user_id: i64,
+    ) -> Result<Vec<(Order, String)>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT id, voucher_id, user_id, reason FROM failed_orders \
+             WHERE voucher_id = $1 AND user_id = $2 ORDER BY id",
+        )
+        .bind(voucher_id)
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((order_from_row(r)?, r.try_get(3)?)))
+            .collect()
+    }
+
+    /// The users holding an order for a voucher (re-seeding the buyer set).
+    pub async fn buyers_of(&self, voucher_id: i64) -> Result<Vec<i64>, sqlx::Error> {
+        let rows = sqlx::query("SELECT DISTINCT user_id FROM orders WHERE voucher_id = $1")
+            .bind(voucher_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
     /// How many failed orders a voucher has.
     pub async fn failed_count(&self, voucher_id: i64) -> Result<i64, sqlx::Error> {
         let row = sqlx::query("SELECT COUNT(*) FROM failed_orders WHERE voucher_id = $1")
@@ -423,6 +616,7 @@ fn voucher_from_row(r: &sqlx::any::AnyRow) -> Result<Voucher, sqlx::Error> {
         begin_ms: r.try_get(4)?,
         end_ms: r.try_get(5)?,
         segments: r.try_get(6)?,
+        drained_ms: r.try_get(7)?,
     })
 }
 

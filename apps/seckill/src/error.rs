@@ -39,6 +39,11 @@ pub enum AppError {
     /// A dependency is down or has lost state; nothing was accepted (503).
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// The purchase may or may not have gone through: the request ran out of
+    /// time while it completes in the background, or the gate's reply was
+    /// lost. 202, with where to look: `GET /vouchers/{id}/orders/mine`.
+    #[error("the outcome is not known yet; check GET /vouchers/{0}/orders/mine")]
+    OutcomeUnknown(i64),
     /// Waited too long for a lock (503; retrying later may succeed).
     #[error("busy: {0}")]
     Busy(String),
@@ -61,6 +66,7 @@ impl AppError {
             AppError::Ended => "ended",
             AppError::Unavailable(_) => "unavailable",
             AppError::Busy(_) => "busy",
+            AppError::OutcomeUnknown(_) => "outcome_unknown",
             AppError::Internal(_) => "internal",
         }
     }
@@ -78,6 +84,7 @@ impl AppError {
             AppError::Ended => StatusCode::FORBIDDEN,
             AppError::Unavailable(_) | AppError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AppError::OutcomeUnknown(_) => StatusCode::ACCEPTED,
         }
     }
 }
@@ -95,7 +102,15 @@ impl IntoResponse for AppError {
             }
             _ => self.to_string(),
         };
-        let body = Json(json!({ "error": self.code(), "message": message }));
+        let body = match &self {
+            AppError::OutcomeUnknown(voucher) => Json(json!({
+                "error": self.code(),
+                "status": "unknown",
+                "message": message,
+                "check": format!("/vouchers/{voucher}/orders/mine"),
+            })),
+            _ => Json(json!({ "error": self.code(), "message": message })),
+        };
         (self.status(), body).into_response()
     }
 }
@@ -103,9 +118,7 @@ impl IntoResponse for AppError {
 impl From<sqlx::Error> for AppError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                AppError::Unavailable(format!("database: {e}"))
-            }
+            e if crate::db::is_transient(&e) => AppError::Unavailable(format!("database: {e}")),
             other => AppError::Internal(format!("database: {other}")),
         }
     }

@@ -33,6 +33,17 @@ pub fn dead_letter_stream(voucher: i64) -> String {
     format!("seckill:orders-dead:{{{voucher}}}")
 }
 
+/// Hash of the `lua` gate's accepted orders not yet written: user id ->
+/// order id. The pipeline removes an entry when it writes (or gives up on)
+/// the order; `GET /vouchers/{id}/orders/mine` reads it.
+pub fn pending(voucher: i64) -> String {
+    format!("seckill:pending:{{{voucher}}}")
+}
+
+/// Set of voucher ids whose dead-letter stream holds entries (what
+/// `/healthz` checks).
+pub const DEAD_LETTERED: &str = "seckill:dead-lettered";
+
 /// The per-voucher lock of the `lock` strategy.
 pub fn voucher_lock(voucher: i64) -> String {
     format!("seckill:lock:{{{voucher}}}")
@@ -43,9 +54,24 @@ pub fn segment_lock(voucher: i64, segment: i64) -> String {
     format!("seckill:lock:{{{voucher}}}:{segment}")
 }
 
-/// "pending" while an accepted order travels through the stream.
+/// `<voucher>:<user>` while an accepted order travels through the stream.
 pub fn order_status(order: i64) -> String {
     format!("seckill:order-status:{order}")
+}
+
+/// Every key of a voucher's sale but the dead-letter stream and the locks:
+/// what expires once a finished sale is drained, and what seeding clears so
+/// a reused voucher id inherits nothing.
+pub fn sale_keys(voucher: i64, segments: i64) -> Vec<String> {
+    let mut all = vec![
+        stock(voucher),
+        buyers(voucher),
+        meta(voucher),
+        orders_stream(voucher),
+        pending(voucher),
+    ];
+    all.extend((0..segments).map(|s| segment_stock(voucher, s)));
+    all
 }
 
 /// The consumer group that writes orders to the database.
@@ -64,6 +90,7 @@ mod tests {
             meta(7),
             orders_stream(7),
             dead_letter_stream(7),
+            pending(7),
         ] {
             assert!(key.contains("{7}"), "{key}");
         }

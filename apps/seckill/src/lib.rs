@@ -13,6 +13,7 @@
 //! - [`db`]: vouchers and orders on SQLite or PostgreSQL; [`keys`]: Redis key
 //!   names. Order ids come from locksmith's `IdGenerator` (see
 //!   [`state::AppState::order_ids`]).
+//! - [`repair`]: what `/healthz` checks, and the operator's repair commands.
 //! - [`server`]: running an instance with graceful shutdown.
 //! - [`demo`]: `seckill demo`, the experiment with numbers.
 
@@ -22,6 +23,7 @@ pub mod demo;
 pub mod error;
 pub mod keys;
 pub mod pipeline;
+pub mod repair;
 pub mod routes;
 pub mod server;
 pub mod state;

@@ -2,22 +2,39 @@
 //! the `lua` gate accepted into the database.
 //!
 //! Each voucher has its own stream (`seckill:orders:{V}`, same hash tag as
-//! the gate's keys). Every instance runs one consumer per live voucher, all
-//! in the group [`keys::ORDER_GROUP`], under the instance's consumer name:
+//! the gate's keys). Every instance runs one consumer per voucher whose
+//! stream may hold work, all in the group [`keys::ORDER_GROUP`], under the
+//! instance's consumer name:
 //!
 //! 1. The group is created with `MKSTREAM` from id `0`, so a group created
 //!    after the first orders still sees them.
 //! 2. At start the consumer drains its own pending entries (id `0`): what a
 //!    previous run with the same name read but never acknowledged.
-//! 3. Then it reads new entries (`>`), writes each order in one database
-//!    transaction, and `XACK`s only after the commit. Replays are harmless
-//!    (the write is idempotent per order id).
-//! 4. Every `claim_interval` it moves entries delivered `max_deliveries`
-//!    times to the dead-letter stream (and acknowledges them, atomically, in
-//!    one script), then claims entries idle longer than `claim_min_idle`
-//!    with `XAUTOCLAIM` (a dead consumer's, or its own failed ones), and
-//!    forgets consumers that are long idle and own nothing.
-//! 5. On shutdown it finishes the batch in hand and stops; anything read but
+//! 3. Then it reads new entries (`>`) and writes each order in one database
+//!    transaction. Only after the commit does one script acknowledge the
+//!    entry, delete it from the stream (`XDEL`: the stream holds exactly
+//!    the orders not yet written, so Redis memory stays bounded by the
+//!    backlog) and drop the buyer's entry from the pending hash. Replays
+//!    are harmless (the write is idempotent per order id).
+//! 4. A database outage (see [`crate::db::is_transient`]) is waited out: the
+//!    consumer retries the write with back-off, for as long as
+//!    `outage_limit` allows (default: until the database returns), and
+//!    keeps its entries claimed meanwhile (`XCLAIM ... JUSTID`, which resets
+//!    their idle time without counting a delivery), so no other instance
+//!    steals them and no entry is dead-lettered for an outage.
+//! 5. Every `claim_interval` it dead-letters entries delivered
+//!    `max_deliveries` times (writes the database refused for other
+//!    reasons), claims entries idle longer than `claim_min_idle` with
+//!    `XAUTOCLAIM` (a dead consumer's), and forgets consumers that are long
+//!    idle and own nothing. A malformed entry is dead-lettered at once.
+//!    Dead-lettering gives the order's item and buyer entry back to the
+//!    sale, atomically, unless the order turns out to be written.
+//! 6. A consumer stops once its sale has ended (on the Redis server's clock,
+//!    the gate's) and its stream is empty: it marks the voucher drained in
+//!    the database, sets the sale's keys to expire after `finished_ttl`,
+//!    and frees its connection and its metric series. There is no grace
+//!    window: an instance started long after a sale still drains a backlog.
+//! 7. On shutdown it finishes the write in hand and stops; anything read but
 //!    not acknowledged stays pending for the next start or another claim.
 
 use std::collections::{HashMap, HashSet};
@@ -31,40 +48,88 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PipelineConfig;
-use crate::db::{Order, StockGuard, WriteOutcome};
+use crate::db::{is_transient, Order, StockGuard, Voucher, WriteOutcome};
 use crate::keys;
 use crate::state::AppState;
 
-/// Moves one entry to the dead-letter stream if, and only if, it is still
-/// pending; two consumers racing to dead-letter it add it once.
+/// Acknowledges settled entries: XACK, XDEL, and the pending-hash entry
+/// (if it still names this order); gives the item (and the buyer entry)
+/// back for orders that will never be written. An entry another consumer
+/// acknowledged first is skipped, so nothing is given back twice.
 ///
-/// KEYS[1] order stream, KEYS[2] dead-letter stream (same hash tag)
+/// KEYS[1] stream, KEYS[2] pending hash, KEYS[3] stock, KEYS[4] buyers
+/// ARGV[1] group, then per entry: id, user id, order id, mode (0 written,
+/// 1 give the item back, 2 give the item and the buyer entry back)
+static ACK: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local n = 0
+for i = 2, #ARGV, 4 do
+  local id, user, order, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+    n = n + 1
+    redis.call('XDEL', KEYS[1], id)
+    if user ~= '' and redis.call('HGET', KEYS[2], user) == order then
+      redis.call('HDEL', KEYS[2], user)
+    end
+    if mode ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
+      redis.call('INCR', KEYS[3])
+    end
+    if mode == '2' then redis.call('SREM', KEYS[4], user) end
+  end
+end
+return n
+",
+    )
+});
+
+/// Moves one entry to the dead-letter stream if, and only if, it is still
+/// pending (two consumers racing add it once), and gives a parsed order's
+/// item and buyer entry back to the sale.
+///
+/// KEYS[1] order stream, KEYS[2] dead-letter stream, KEYS[3] pending hash,
+/// KEYS[4] stock, KEYS[5] buyers (same hash tag)
 /// ARGV[1] group, ARGV[2] entry id, ARGV[3] deliveries, ARGV[4] consumer,
-/// ARGV[5..] the entry's field/value pairs
+/// ARGV[5] reason, ARGV[6] user id ('' for a malformed entry), ARGV[7]
+/// order id, ARGV[8..] the entry's field/value pairs
 static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-local fields = {'original_id', ARGV[2], 'deliveries', ARGV[3], 'last_consumer', ARGV[4]}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+local fields = {'original_id', ARGV[2], 'deliveries', ARGV[3], 'last_consumer', ARGV[4], 'reason', ARGV[5]}
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('XADD', KEYS[2], '*', unpack(fields))
+redis.call('XDEL', KEYS[1], ARGV[2])
+if ARGV[6] ~= '' then
+  if redis.call('HGET', KEYS[3], ARGV[6]) == ARGV[7] then redis.call('HDEL', KEYS[3], ARGV[6]) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCR', KEYS[4]) end
+  redis.call('SREM', KEYS[5], ARGV[6])
+end
 return 1
 ",
     )
 });
 
-/// Runs consumers for every live voucher until `shutdown` fires; returns
-/// once all of them have stopped.
+/// After a sale's end (Redis clock), entries may still be in flight from a
+/// gate call that started just before it; the consumer waits this long
+/// past the end before it calls an empty stream drained.
+const DRAIN_MARGIN_MS: i64 = 2_000;
+
+/// Longest pause between retries of a write through a database outage.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Runs consumers for every voucher whose stream may hold work until
+/// `shutdown` fires; returns once all of them have stopped.
 pub async fn run(state: AppState, shutdown: CancellationToken) {
     let config = state.config().pipeline.clone();
     let mut running: HashSet<i64> = HashSet::new();
     let mut tasks = JoinSet::new();
     loop {
-        match state.db().live_voucher_ids(Duration::from_secs(3600)).await {
-            Ok(ids) => {
-                for id in ids {
-                    if running.insert(id) {
-                        let consumer = Consumer::new(state.clone(), id, config.clone());
+        match state.db().undrained_vouchers().await {
+            Ok(vouchers) => {
+                for voucher in vouchers {
+                    if running.insert(voucher.id) {
+                        let consumer = Consumer::new(state.clone(), voucher, config.clone());
                         tasks.spawn(consumer.run(shutdown.clone()));
                     }
                 }
@@ -74,7 +139,11 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(config.discover_interval) => {}
-            Some(_) = tasks.join_next() => {}
+            Some(done) = tasks.join_next() => {
+                if let Ok(voucher) = done {
+                    running.remove(&voucher);
+                }
+            }
         }
     }
     while tasks.join_next().await.is_some() {}
@@ -85,7 +154,7 @@ struct Consumer {
     /// Database, shared connection, names.
     state: AppState,
     /// Whose orders.
-    voucher: i64,
+    voucher: Voucher,
     /// `seckill:orders:{V}`.
     stream: String,
     /// `seckill:orders-dead:{V}`.
@@ -100,18 +169,31 @@ struct Consumer {
 
 /// What became of one entry.
 enum Handled {
-    /// Written or settled for good (duplicate, refused): acknowledge.
-    Done,
-    /// Not written; stays pending for a retry (and, eventually, the
-    /// dead-letter stream).
+    /// Written, or settled for good: acknowledge, in this mode (the
+    /// [`ACK`] script's: 0 written, 1 give the item back, 2 and the buyer).
+    Done(Option<Order>, u8),
+    /// Moved to the dead-letter stream (acknowledged there).
+    Moved,
+    /// Not written; stays pending for a retry (and, after
+    /// `max_deliveries`, the dead-letter stream).
     Retry,
+    /// Shutdown came during an outage: stop handling, leave it pending.
+    Stop,
+}
+
+/// How one consumer ended.
+enum Ended {
+    /// Shutdown.
+    Shutdown,
+    /// The sale ended and its stream is empty.
+    Drained,
 }
 
 impl Consumer {
-    fn new(state: AppState, voucher: i64, config: PipelineConfig) -> Consumer {
+    fn new(state: AppState, voucher: Voucher, config: PipelineConfig) -> Consumer {
         Consumer {
-            stream: keys::orders_stream(voucher),
-            dead: keys::dead_letter_stream(voucher),
+            stream: keys::orders_stream(voucher.id),
+            dead: keys::dead_letter_stream(voucher.id),
             state,
             voucher,
             config,
@@ -124,14 +206,25 @@ impl Consumer {
         &self.state.config().consumer_name
     }
 
-    /// Consumes until shutdown, reconnecting after Redis failures.
-    async fn run(mut self, shutdown: CancellationToken) {
+    fn id(&self) -> i64 {
+        self.voucher.id
+    }
+
+    /// Consumes until shutdown or until the sale is drained, reconnecting
+    /// after Redis failures; returns the voucher id.
+    async fn run(mut self, shutdown: CancellationToken) -> i64 {
+        self.state.activate_voucher_metrics(self.id());
         let mut backoff = Duration::from_millis(100);
         while !shutdown.is_cancelled() {
             match self.session(&shutdown).await {
-                Ok(()) => break,
+                Ok(Ended::Shutdown) => break,
+                Ok(Ended::Drained) => {
+                    tracing::info!(voucher = self.id(), "sale drained; order consumer stops");
+                    self.state.retire_voucher_metrics(self.id());
+                    break;
+                }
                 Err(e) => {
-                    tracing::warn!(voucher = self.voucher, "order consumer: {e}; retrying");
+                    tracing::warn!(voucher = self.id(), "order consumer: {e}; retrying");
                     metrics::counter!("seckill_pipeline_errors_total").increment(1);
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
@@ -141,13 +234,15 @@ impl Consumer {
                 }
             }
         }
+        self.id()
     }
 
     /// One connection's worth of consuming: create the group, drain own
-    /// pending entries, then loop on new ones.
-    async fn session(&mut self, shutdown: &CancellationToken) -> redis::RedisResult<()> {
+    /// pending entries, then loop on new ones until shutdown or drained.
+    async fn session(&mut self, shutdown: &CancellationToken) -> redis::RedisResult<Ended> {
         // A dedicated connection: XREADGROUP BLOCK would stall every other
         // command queued behind it on the shared multiplexed connection.
+        // It is dropped (closed) when the consumer stops.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(self.config.block + Duration::from_secs(5)));
@@ -163,25 +258,29 @@ impl Consumer {
             if entries.is_empty() {
                 break;
             }
-            let done = self.handle_all(&mut conn, entries).await?;
-            if done == 0 {
+            let settled = self.handle_all(&mut conn, entries, shutdown).await?;
+            if settled == 0 || shutdown.is_cancelled() {
                 // Everything left failed again; retries go through claiming.
                 break;
             }
         }
         while !shutdown.is_cancelled() {
             if self.last_claim.elapsed() >= self.config.claim_interval {
-                self.maintain(&mut conn).await?;
+                self.maintain(&mut conn, shutdown).await?;
                 self.last_claim = Instant::now();
+                if self.drained(&mut conn).await? {
+                    self.finish(&mut conn).await?;
+                    return Ok(Ended::Drained);
+                }
             }
             if self.last_gauges.elapsed() >= Duration::from_secs(1) {
                 self.update_gauges(&mut conn).await;
                 self.last_gauges = Instant::now();
             }
             let entries = self.read(&mut conn, ">", Some(self.config.block)).await?;
-            self.handle_all(&mut conn, entries).await?;
+            self.handle_all(&mut conn, entries, shutdown).await?;
         }
-        Ok(())
+        Ok(Ended::Shutdown)
     }
 
     async fn create_group(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
@@ -197,6 +296,45 @@ impl Consumer {
             Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
             other => other,
         }
+    }
+
+    /// True once the sale has ended on the Redis server's clock (plus
+    /// [`DRAIN_MARGIN_MS`]) and the stream holds no entry: every accepted
+    /// order is written or dead-lettered.
+    async fn drained(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<bool> {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        if now_ms < self.voucher.end_ms + DRAIN_MARGIN_MS {
+            return Ok(false);
+        }
+        let left: i64 = redis::cmd("XLEN")
+            .arg(&self.stream)
+            .query_async(conn)
+            .await?;
+        Ok(left == 0)
+    }
+
+    /// Marks the voucher drained and lets its sale keys expire.
+    async fn finish(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        match self.state.db().mark_drained(self.id()).await {
+            Ok(_) => {}
+            Err(e) => {
+                // Not drained in the database: keep consuming (an instance
+                // restarted later must still see this voucher).
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "cannot mark the sale drained",
+                    e.to_string(),
+                )));
+            }
+        }
+        let ttl = self.state.config().finished_ttl.as_secs().max(1);
+        let mut pipe = redis::pipe();
+        for key in keys::sale_keys(self.id(), self.voucher.segments) {
+            pipe.cmd("EXPIRE").arg(key).arg(ttl).ignore();
+        }
+        let () = pipe.query_async(conn).await?;
+        Ok(())
     }
 
     /// XREADGROUP from `id` (`0` = own pending, `>` = new).
@@ -236,68 +374,165 @@ impl Consumer {
         &self,
         conn: &mut MultiplexedConnection,
         entries: Vec<StreamId>,
+        shutdown: &CancellationToken,
     ) -> redis::RedisResult<usize> {
-        let mut done = Vec::new();
-        for entry in &entries {
-            if let Handled::Done = self.handle(entry).await {
-                done.push(entry.id.clone());
+        let mut settled: Vec<(String, Option<Order>, u8)> = Vec::new();
+        let mut moved = 0;
+        for (i, entry) in entries.iter().enumerate() {
+            let still_ours: Vec<&str> = entries[i..].iter().map(|e| e.id.as_str()).collect();
+            match self.handle(conn, entry, &still_ours, shutdown).await? {
+                Handled::Done(order, mode) => settled.push((entry.id.clone(), order, mode)),
+                Handled::Moved => moved += 1,
+                Handled::Retry => {}
+                Handled::Stop => break,
             }
         }
-        if !done.is_empty() {
-            let _: i64 = redis::cmd("XACK")
-                .arg(&self.stream)
-                .arg(keys::ORDER_GROUP)
-                .arg(&done)
-                .query_async(conn)
-                .await?;
+        if !settled.is_empty() {
+            let mut ack = ACK.key(&self.stream);
+            ack.key(keys::pending(self.id()))
+                .key(keys::stock(self.id()))
+                .key(keys::buyers(self.id()))
+                .arg(keys::ORDER_GROUP);
+            for (id, order, mode) in &settled {
+                match order {
+                    Some(o) => ack.arg(id).arg(o.user_id).arg(o.id).arg(mode),
+                    None => ack.arg(id).arg("").arg("").arg(0),
+                };
+            }
+            let _: i64 = ack.invoke_async(conn).await?;
         }
-        Ok(done.len())
+        Ok(settled.len() + moved)
     }
 
-    /// Writes one entry's order. Only a committed (or definitively refused)
-    /// write counts as done.
-    async fn handle(&self, entry: &StreamId) -> Handled {
-        let Some(order) = parse(entry) else {
-            tracing::warn!(voucher = self.voucher, id = %entry.id, "malformed order entry");
+    /// Writes one entry's order, waiting out a database outage. Only a
+    /// committed (or definitively refused) write counts as done.
+    async fn handle(
+        &self,
+        conn: &mut MultiplexedConnection,
+        entry: &StreamId,
+        batch: &[&str],
+        shutdown: &CancellationToken,
+    ) -> redis::RedisResult<Handled> {
+        let Some(order) = parse(entry, self.id()) else {
+            tracing::warn!(voucher = self.id(), id = %entry.id, "malformed order entry; dead-lettered");
             metrics::counter!("seckill_pipeline_bad_entries_total").increment(1);
-            return Handled::Retry;
+            self.dead_letter(conn, &entry.id, 1, self.name(), "malformed entry", None)
+                .await?;
+            return Ok(Handled::Moved);
         };
-        match self
-            .state
-            .db()
-            .write_order(&order, StockGuard::Enforce)
-            .await
-        {
-            Ok(outcome) => {
-                let (label, failure) = match outcome {
-                    WriteOutcome::Created => ("created", None),
-                    WriteOutcome::AlreadyWritten => ("replayed", None),
-                    WriteOutcome::DuplicateUser => ("duplicate", Some("user already has an order")),
-                    WriteOutcome::IdTaken => ("id_taken", Some("order id already taken")),
-                    WriteOutcome::StockExhausted => {
-                        ("stock_exhausted", Some("database stock exhausted"))
-                    }
-                };
-                if let Some(reason) = failure {
-                    if let Err(e) = self.state.db().record_failed(&order, reason).await {
-                        tracing::warn!(order_id = order.id, "cannot record failed order: {e}");
-                        return Handled::Retry;
-                    }
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        let mut last_touch = Instant::now();
+        loop {
+            let write = tokio::time::timeout(
+                self.config.write_timeout,
+                self.state.db().write_order(&order, StockGuard::Enforce),
+            )
+            .await;
+            let problem = match write {
+                Ok(Ok(outcome)) => return Ok(self.settle(&order, outcome).await),
+                Ok(Err(e)) if !is_transient(&e) => {
+                    tracing::warn!(order_id = order.id, "cannot write order: {e}");
+                    return Ok(Handled::Retry);
                 }
-                metrics::counter!("seckill_orders_written_total", "path" => "stream", "outcome" => label)
-                    .increment(1);
-                Handled::Done
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("write timed out after {:?}", self.config.write_timeout),
+            };
+            metrics::counter!("seckill_pipeline_outage_retries_total").increment(1);
+            if let Some(limit) = self.config.outage_limit {
+                if started.elapsed() >= limit {
+                    tracing::error!(
+                        order_id = order.id,
+                        "database unavailable for {limit:?}: {problem}; dead-lettering"
+                    );
+                    let reason = format!("database unavailable for {limit:?}: {problem}");
+                    // Giving the item back is safe only if the order is
+                    // surely not written; a write that timed out may have
+                    // committed, so the dead-letter keeps the item then.
+                    let written = self.state.db().order(order.id).await;
+                    return Ok(match written {
+                        Ok(Some(_)) => Handled::Done(Some(order), 0),
+                        Ok(None) => {
+                            self.dead_letter(
+                                conn,
+                                &entry.id,
+                                1,
+                                self.name(),
+                                &reason,
+                                Some(&order),
+                            )
+                            .await?;
+                            Handled::Moved
+                        }
+                        Err(_) => Handled::Retry,
+                    });
+                }
             }
-            Err(e) => {
-                tracing::warn!(order_id = order.id, "cannot write order: {e}");
-                Handled::Retry
+            if started.elapsed() < Duration::from_millis(150) || backoff >= MAX_OUTAGE_BACKOFF {
+                tracing::warn!(
+                    order_id = order.id,
+                    "database unavailable ({problem}); retrying until it returns"
+                );
+            }
+            // Keep this batch's entries ours: XCLAIM with JUSTID resets
+            // their idle time and does not count a delivery.
+            if last_touch.elapsed() >= self.config.claim_min_idle / 3 {
+                let _: redis::Value = redis::cmd("XCLAIM")
+                    .arg(&self.stream)
+                    .arg(keys::ORDER_GROUP)
+                    .arg(self.name())
+                    .arg(0)
+                    .arg(batch)
+                    .arg("JUSTID")
+                    .query_async(conn)
+                    .await?;
+                last_touch = Instant::now();
+            }
+            let pause = backoff.min(self.config.claim_min_idle / 3);
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(Handled::Stop),
+                _ = tokio::time::sleep(pause) => {}
+            }
+            backoff = (backoff * 2).min(MAX_OUTAGE_BACKOFF);
+        }
+    }
+
+    /// What to do with an entry whose write came back with an answer.
+    async fn settle(&self, order: &Order, outcome: WriteOutcome) -> Handled {
+        // (label, failure reason, give-back mode)
+        let (label, failure, mode) = match outcome {
+            WriteOutcome::Created => ("created", None, 0),
+            WriteOutcome::AlreadyWritten => ("replayed", None, 0),
+            // The buyer has another order: the item goes back, the buyer
+            // entry stays.
+            WriteOutcome::DuplicateUser => ("duplicate", Some("user already has an order"), 1),
+            // The id sequence restarted (Redis lost data): nothing was
+            // written for this buyer, who may buy again.
+            WriteOutcome::IdTaken => ("id_taken", Some("order id already taken"), 2),
+            // The database has no stock left: the gate over-accepted, and
+            // giving the item back would sell it again.
+            WriteOutcome::StockExhausted => {
+                ("stock_exhausted", Some("database stock exhausted"), 0)
+            }
+        };
+        if let Some(reason) = failure {
+            if let Err(e) = self.state.db().record_failed(order, reason).await {
+                tracing::warn!(order_id = order.id, "cannot record failed order: {e}");
+                return Handled::Retry;
             }
         }
+        metrics::counter!("seckill_orders_written_total", "path" => "stream", "outcome" => label)
+            .increment(1);
+        Handled::Done(Some(*order), mode)
     }
 
     /// Dead-letters over-delivered entries, claims idle ones, and forgets
     /// consumers that are gone.
-    async fn maintain(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+    async fn maintain(
+        &self,
+        conn: &mut MultiplexedConnection,
+        shutdown: &CancellationToken,
+    ) -> redis::RedisResult<()> {
         let min_idle = self.config.claim_min_idle.as_millis() as u64;
         // 1. Dead-letter: entries idle past min_idle that were delivered
         //    max_deliveries times are not retried again.
@@ -316,7 +551,7 @@ impl Consumer {
             .iter()
             .filter(|p| p.times_delivered as u64 >= self.config.max_deliveries)
         {
-            self.dead_letter(conn, &p.id, p.times_delivered, &p.consumer)
+            self.give_up(conn, &p.id, p.times_delivered, &p.consumer)
                 .await?;
         }
         // 2. Claim: entries idle past min_idle belong to a dead (or stuck)
@@ -337,9 +572,9 @@ impl Consumer {
                 metrics::counter!("seckill_pipeline_claimed_total")
                     .increment(claimed.claimed.len() as u64);
             }
-            self.handle_all(conn, claimed.claimed).await?;
+            self.handle_all(conn, claimed.claimed, shutdown).await?;
             cursor = claimed.next_stream_id;
-            if cursor == "0-0" {
+            if cursor == "0-0" || shutdown.is_cancelled() {
                 break;
             }
         }
@@ -378,30 +613,107 @@ impl Consumer {
         Ok(())
     }
 
-    async fn dead_letter(
+    /// An entry delivered `max_deliveries` times whose write the database
+    /// kept refusing: acknowledged if its order is written after all,
+    /// dead-lettered (item given back) if surely not, left alone while the
+    /// database cannot tell.
+    async fn give_up(
         &self,
         conn: &mut MultiplexedConnection,
         id: &str,
         deliveries: usize,
         consumer: &str,
     ) -> redis::RedisResult<()> {
-        let entries: Vec<StreamId> = {
-            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                .arg(&self.stream)
-                .arg(id)
-                .arg(id)
-                .query_async(conn)
-                .await?;
-            reply.ids
+        let Some(entry) = self.entry(conn, id).await? else {
+            return Ok(());
         };
+        let Some(order) = parse(&entry, self.id()) else {
+            return self
+                .dead_letter(conn, id, deliveries, consumer, "malformed entry", None)
+                .await;
+        };
+        match self.state.db().order(order.id).await {
+            Ok(Some(_)) => {
+                self.ack_written(conn, id, &order).await?;
+            }
+            Ok(None) => {
+                let reason = format!("write refused {deliveries} times");
+                self.dead_letter(conn, id, deliveries, consumer, &reason, Some(&order))
+                    .await?;
+            }
+            Err(e) => tracing::warn!(
+                order_id = order.id,
+                "cannot check order before dead-lettering: {e}"
+            ),
+        }
+        Ok(())
+    }
+
+    /// Acknowledges one entry whose order is written.
+    async fn ack_written(
+        &self,
+        conn: &mut MultiplexedConnection,
+        id: &str,
+        order: &Order,
+    ) -> redis::RedisResult<()> {
+        let _: i64 = ACK
+            .key(&self.stream)
+            .key(keys::pending(self.id()))
+            .key(keys::stock(self.id()))
+            .key(keys::buyers(self.id()))
+            .arg(keys::ORDER_GROUP)
+            .arg(id)
+            .arg(order.user_id)
+            .arg(order.id)
+            .arg(0)
+            .invoke_async(conn)
+            .await?;
+        Ok(())
+    }
+
+    /// One entry by id, if the stream still has it.
+    async fn entry(
+        &self,
+        conn: &mut MultiplexedConnection,
+        id: &str,
+    ) -> redis::RedisResult<Option<StreamId>> {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&self.stream)
+            .arg(id)
+            .arg(id)
+            .query_async(conn)
+            .await?;
+        Ok(reply.ids.into_iter().next())
+    }
+
+    /// Moves an entry to the dead-letter stream, giving a parsed order's
+    /// item and buyer entry back, and records the order failed.
+    async fn dead_letter(
+        &self,
+        conn: &mut MultiplexedConnection,
+        id: &str,
+        deliveries: usize,
+        consumer: &str,
+        reason: &str,
+        order: Option<&Order>,
+    ) -> redis::RedisResult<()> {
+        let entry = self.entry(conn, id).await?;
         let mut invocation = DEAD_LETTER.key(&self.stream);
         invocation
             .key(&self.dead)
+            .key(keys::pending(self.id()))
+            .key(keys::stock(self.id()))
+            .key(keys::buyers(self.id()))
             .arg(keys::ORDER_GROUP)
             .arg(id)
             .arg(deliveries)
-            .arg(consumer);
-        if let Some(entry) = entries.first() {
+            .arg(consumer)
+            .arg(reason);
+        match order {
+            Some(o) => invocation.arg(o.user_id).arg(o.id),
+            None => invocation.arg("").arg(""),
+        };
+        if let Some(entry) = &entry {
             let mut fields: Vec<(&String, &redis::Value)> = entry.map.iter().collect();
             fields.sort_by(|a, b| a.0.cmp(b.0));
             for (k, v) in fields {
@@ -411,19 +723,20 @@ impl Consumer {
         let moved: i64 = invocation.invoke_async(conn).await?;
         if moved == 1 {
             tracing::warn!(
-                voucher = self.voucher,
+                voucher = self.id(),
                 id,
                 deliveries,
+                reason,
                 "order entry dead-lettered"
             );
             metrics::counter!("seckill_dead_letters_total").increment(1);
-            if let Some(order) = entries.first().and_then(parse) {
-                if let Err(e) = self
-                    .state
-                    .db()
-                    .record_failed(&order, "dead-lettered after repeated write failures")
-                    .await
-                {
+            let _: i64 = redis::cmd("SADD")
+                .arg(keys::DEAD_LETTERED)
+                .arg(self.id())
+                .query_async(conn)
+                .await?;
+            if let Some(order) = order {
+                if let Err(e) = self.state.db().record_failed(order, reason).await {
                     tracing::warn!(order_id = order.id, "cannot record failed order: {e}");
                 }
             }
@@ -431,47 +744,40 @@ impl Consumer {
         Ok(())
     }
 
-    /// Refreshes the lag and pending gauges (best effort).
+    /// Refreshes the backlog and pending gauges (best effort). The stream
+    /// holds exactly the unwritten orders, so its length is the backlog.
     async fn update_gauges(&self, conn: &mut MultiplexedConnection) {
-        let groups: redis::RedisResult<Vec<HashMap<String, redis::Value>>> = redis::cmd("XINFO")
-            .arg("GROUPS")
+        let reply: redis::RedisResult<(i64, Vec<redis::Value>)> = redis::pipe()
+            .cmd("XLEN")
             .arg(&self.stream)
+            .cmd("XPENDING")
+            .arg(&self.stream)
+            .arg(keys::ORDER_GROUP)
             .query_async(conn)
             .await;
-        let Ok(groups) = groups else { return };
-        let voucher = self.voucher.to_string();
-        for g in groups {
-            let name: Option<String> = g
-                .get("name")
-                .and_then(|v| redis::from_redis_value_ref(v).ok());
-            if name.as_deref() != Some(keys::ORDER_GROUP) {
-                continue;
-            }
-            let pending: f64 = g
-                .get("pending")
-                .and_then(|v| redis::from_redis_value_ref(v).ok())
-                .unwrap_or(0.0);
-            metrics::gauge!("seckill_stream_pending", "voucher" => voucher.clone()).set(pending);
-            // `lag` is nil when Redis cannot tell (after deletions).
-            if let Some(lag) = g
-                .get("lag")
-                .and_then(|v| redis::from_redis_value_ref::<f64>(v).ok())
-            {
-                metrics::gauge!("seckill_stream_lag", "voucher" => voucher.clone()).set(lag);
-            }
-        }
+        let Ok((backlog, summary)) = reply else {
+            return;
+        };
+        let pending: i64 = summary
+            .first()
+            .and_then(|v| redis::from_redis_value_ref(v).ok())
+            .unwrap_or(0);
+        let voucher = self.id().to_string();
+        metrics::gauge!("seckill_stream_pending", "voucher" => voucher.clone()).set(pending as f64);
+        metrics::gauge!("seckill_stream_lag", "voucher" => voucher).set((backlog - pending) as f64);
     }
 }
 
-/// The order in an entry, or `None` for a malformed one.
-fn parse(entry: &StreamId) -> Option<Order> {
+/// The order in an entry, or `None` for a malformed one (missing or
+/// non-positive fields, or another voucher's order).
+fn parse(entry: &StreamId, voucher: i64) -> Option<Order> {
     let field = |name: &str| -> Option<i64> { entry.get::<String>(name)?.parse().ok() };
     let order = Order {
         id: field("order_id")?,
         user_id: field("user_id")?,
         voucher_id: field("voucher_id")?,
     };
-    (order.id > 0 && order.user_id > 0 && order.voucher_id > 0).then_some(order)
+    (order.id > 0 && order.user_id > 0 && order.voucher_id == voucher).then_some(order)
 }
 
 fn value_bytes(v: &redis::Value) -> Vec<u8> {

@@ -4,10 +4,11 @@
 //! |---|---|---|
 //! | `POST /vouchers` | admin | 201 the voucher; 400 bad input |
 //! | `GET /vouchers/{id}` | anyone | 200 stock left; 404 |
-//! | `GET /vouchers/{id}/orders` | admin | 200 written orders and counts |
-//! | `POST /vouchers/{id}/orders` | buyer | 201 order id; 409 sold out / already bought / oversold; 425 not started; 403 ended; 404; 503 |
-//! | `GET /orders/{id}` | anyone | 200 pending, created or failed; 404 |
-//! | `GET /healthz` | anyone | 200 or 503 |
+//! | `GET /vouchers/{id}/orders?after=&limit=` | admin | 200 one page of written orders, counts, backlog |
+//! | `POST /vouchers/{id}/orders` | buyer | 201 order id; 202 outcome unknown; 409 sold out / already bought / oversold; 425 not started; 403 ended; 404; 503 nothing accepted |
+//! | `GET /vouchers/{id}/orders/mine` | buyer | 200 the buyer's orders (pending, created, failed) |
+//! | `GET /orders/{id}` | its buyer or admin | 200 pending, created or failed; 404 (also for someone else's order) |
+//! | `GET /healthz` | anyone | 200 ok; 503 down or degraded, with reasons |
 //! | `GET /metrics` | anyone | Prometheus text |
 //!
 //! Admin calls carry `Authorization: Bearer <admin token>`. A buyer is
@@ -15,8 +16,8 @@
 //! authenticating gateway in front of the service; a missing header is 401.
 //! Order ids are JSON strings of decimal digits (they exceed 2^53).
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -36,20 +37,32 @@ pub const USER_HEADER: &str = "x-user-id";
 /// Upper bound on a voucher's stock, to keep seeding and counters sane.
 pub const MAX_STOCK: i64 = 10_000_000;
 
+/// Default and largest page of `GET /vouchers/{id}/orders`.
+pub const PAGE_DEFAULT: i64 = 100;
+/// See [`PAGE_DEFAULT`].
+pub const PAGE_MAX: i64 = 1000;
+
 /// The service's router.
+///
+/// Purchases carry their own deadline (see [`buy`]); every other route is
+/// answered 503 after the request timeout.
 pub fn app(state: AppState) -> Router {
     let timeout = state.config().request_timeout;
-    Router::new()
+    let bounded = Router::new()
         .route("/vouchers", post(create_voucher))
         .route("/vouchers/{id}", get(show_voucher))
-        .route("/vouchers/{id}/orders", post(buy).get(voucher_orders))
+        .route("/vouchers/{id}/orders", get(voucher_orders))
+        .route("/vouchers/{id}/orders/mine", get(my_orders))
         .route("/orders/{id}", get(show_order))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,
-        ))
+        ));
+    Router::new()
+        .route("/vouchers/{id}/orders", post(buy))
+        .merge(bounded)
         .with_state(state)
 }
 
@@ -192,75 +205,157 @@ async fn show_voucher(
     Ok(Json(voucher_json(&voucher, left)))
 }
 
+/// Query of `GET /vouchers/{id}/orders`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    /// Orders with ids above this one (the previous page's `next_after`).
+    after: Option<String>,
+    /// Page size, 1 to [`PAGE_MAX`].
+    limit: Option<i64>,
+}
+
 async fn voucher_orders(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    page: Result<Query<Page>, QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     require_admin(&state, &headers)?;
     let id = parse_id(&id, "voucher")?;
+    let Query(page) = page.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let after = match page.after.as_deref() {
+        None | Some("") => 0,
+        Some(raw) => raw
+            .parse::<i64>()
+            .map_err(|_| AppError::BadRequest(format!("after must be an order id, got {raw:?}")))?,
+    };
+    let limit = page.limit.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(AppError::BadRequest(format!(
+            "limit must be between 1 and {PAGE_MAX}, got {limit}"
+        )));
+    }
     let voucher = state
         .db()
         .voucher(id)
         .await?
         .ok_or(AppError::NotFound("voucher"))?;
-    let orders = state.db().orders_of(id).await?;
+    let orders = state.db().orders_page(id, after, limit).await?;
+    let total = state.db().order_count(id).await?;
     let failed = state.db().failed_count(id).await?;
+    // The stream holds exactly the accepted orders not yet written; -1
+    // when Redis does not answer.
     let mut conn = state.redis();
-    // Entries not yet acknowledged, or -1 when Redis does not answer.
-    let pending: i64 = redis::cmd("XPENDING")
+    let backlog: redis::RedisResult<(i64, Vec<redis::Value>, i64)> = redis::pipe()
+        .cmd("XLEN")
+        .arg(keys::orders_stream(id))
+        .cmd("XPENDING")
         .arg(keys::orders_stream(id))
         .arg(keys::ORDER_GROUP)
-        .query_async::<Vec<redis::Value>>(&mut conn)
-        .await
-        .ok()
-        .and_then(|v| v.first().and_then(|c| redis::from_redis_value_ref(c).ok()))
-        .unwrap_or(-1);
-    let undelivered: i64 = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(keys::orders_stream(id))
-        .query_async::<Vec<std::collections::HashMap<String, redis::Value>>>(&mut conn)
-        .await
-        .ok()
-        .and_then(|groups| {
-            groups
-                .into_iter()
-                .find(|g| {
-                    g.get("name")
-                        .and_then(|n| redis::from_redis_value_ref::<String>(n).ok())
-                        .as_deref()
-                        == Some(keys::ORDER_GROUP)
-                })
-                .and_then(|g| {
-                    g.get("lag")
-                        .and_then(|l| redis::from_redis_value_ref(l).ok())
-                })
-        })
-        .unwrap_or(0);
+        .cmd("XLEN")
+        .arg(keys::dead_letter_stream(id))
+        .query_async(&mut conn)
+        .await;
+    let (unwritten, pending, dead) = match backlog {
+        Ok((len, summary, dead)) => (
+            len,
+            summary
+                .first()
+                .and_then(|c| redis::from_redis_value_ref(c).ok())
+                .unwrap_or(0),
+            dead,
+        ),
+        // No group yet (no consumer ran): everything is undelivered.
+        Err(e) if e.code() == Some("NOGROUP") => (0, 0, 0),
+        Err(_) => (-1, -1, -1),
+    };
     let list: Vec<Value> = orders
         .iter()
         .map(|o| json!({ "order_id": o.id.to_string(), "user_id": o.user_id }))
         .collect();
+    let next_after = (orders.len() as i64 == limit)
+        .then(|| orders.last().map(|o| o.id.to_string()))
+        .flatten();
     Ok(Json(json!({
         "voucher": voucher_json(&voucher, None),
         "orders": list,
+        "next_after": next_after,
+        "total": total,
         "failed": failed,
+        "stream_unwritten": unwritten,
         "stream_pending": pending,
-        "stream_lag": undelivered,
+        "stream_lag": if unwritten < 0 { -1 } else { unwritten - pending },
+        "dead_letters": dead,
+        "drained": voucher.drained_ms.is_some(),
     })))
 }
 
+/// `GET /vouchers/{id}/orders/mine`: the buyer's own orders for a voucher,
+/// written, failed, or accepted and waiting in the stream. An empty list
+/// means the service holds no purchase of this buyer: buying again is safe.
+async fn my_orders(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let user = user_id(&headers)?;
+    let id = parse_id(&id, "voucher")?;
+    let voucher = state.voucher(id).await?;
+    let mut list = Vec::new();
+    let written = state.db().orders_of_user(id, user).await?;
+    for o in &written {
+        list.push(json!({ "order_id": o.id.to_string(), "status": "created" }));
+    }
+    let mut conn = state.redis();
+    let pending: Option<i64> = redis::cmd("HGET")
+        .arg(keys::pending(id))
+        .arg(user)
+        .query_async(&mut conn)
+        .await?;
+    if let Some(order) = pending.filter(|p| !written.iter().any(|o| o.id == *p)) {
+        list.push(json!({ "order_id": order.to_string(), "status": "pending" }));
+    }
+    for (o, reason) in state.db().failed_of_user(id, user).await? {
+        list.push(json!({ "order_id": o.id.to_string(), "status": "failed", "reason": reason }));
+    }
+    Ok(Json(json!({
+        "voucher_id": voucher.id,
+        "user_id": user,
+        "orders": list,
+    })))
+}
+
+/// `POST /vouchers/{id}/orders`.
+///
+/// The purchase runs in a task of its own, so nothing it started is cut
+/// off halfway when the client disconnects or the deadline passes: a stock
+/// decrement is always followed by its order write (or by giving the item
+/// back). The answer waits at most the request timeout; a purchase still
+/// running then is answered 202 `outcome_unknown`, pointing at `GET
+/// /vouchers/{id}/orders/mine`, and completes in the background.
 async fn buy(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let strategy_name = state.config().strategy.as_str();
+    let deadline = state.config().request_timeout;
     let result = async {
         let user = user_id(&headers)?;
         let id = parse_id(&id, "voucher")?;
         let voucher = state.voucher(id).await?;
-        strategy::purchase(&state, &voucher, user).await
+        let task_state = state.clone();
+        let purchase =
+            tokio::spawn(async move { strategy::purchase(&task_state, &voucher, user).await });
+        match tokio::time::timeout(deadline, purchase).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panicked)) => Err(AppError::Internal(format!("purchase task: {panicked}"))),
+            Err(_) => {
+                metrics::counter!("seckill_purchase_deadline_total").increment(1);
+                Err(AppError::OutcomeUnknown(id))
+            }
+        }
     }
     .await;
     match result {
@@ -289,43 +384,79 @@ async fn buy(
     }
 }
 
+/// Whether the request carries the admin token (a wrong one is an error).
+fn is_admin(state: &AppState, headers: &HeaderMap) -> Result<bool, AppError> {
+    if headers.get(axum::http::header::AUTHORIZATION).is_none() {
+        return Ok(false);
+    }
+    require_admin(state, headers)?;
+    Ok(true)
+}
+
+/// `GET /orders/{id}`: for the order's buyer (`X-User-Id`) or an admin;
+/// anyone else gets 404, as for an id that does not exist, so walking the
+/// id space reveals nothing.
 async fn show_order(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, AppError> {
     let id = parse_id(&id, "order")?;
+    let admin = is_admin(&state, &headers)?;
+    let caller = if admin {
+        None
+    } else {
+        Some(user_id(&headers)?)
+    };
+    let visible = |user: i64| admin || caller == Some(user);
     if let Some(order) = state.db().order(id).await? {
-        return Ok(Json(json!({
-            "order_id": order.id.to_string(),
-            "status": "created",
-            "voucher_id": order.voucher_id,
-            "user_id": order.user_id,
-        })));
+        if visible(order.user_id) {
+            return Ok(Json(json!({
+                "order_id": order.id.to_string(),
+                "status": "created",
+                "voucher_id": order.voucher_id,
+                "user_id": order.user_id,
+            })));
+        }
+        return Err(AppError::NotFound("order"));
     }
     if let Some((order, reason)) = state.db().failed_order(id).await? {
-        return Ok(Json(json!({
-            "order_id": order.id.to_string(),
-            "status": "failed",
-            "voucher_id": order.voucher_id,
-            "user_id": order.user_id,
-            "reason": reason,
-        })));
+        if visible(order.user_id) {
+            return Ok(Json(json!({
+                "order_id": order.id.to_string(),
+                "status": "failed",
+                "voucher_id": order.voucher_id,
+                "user_id": order.user_id,
+                "reason": reason,
+            })));
+        }
+        return Err(AppError::NotFound("order"));
     }
     let mut conn = state.redis();
-    let pending: Option<i64> = redis::cmd("GET")
+    let pending: Option<String> = redis::cmd("GET")
         .arg(keys::order_status(id))
         .query_async(&mut conn)
         .await?;
-    match pending {
-        Some(voucher_id) => Ok(Json(json!({
+    let parsed = pending.as_deref().and_then(|v| {
+        let (voucher, user) = v.split_once(':')?;
+        Some((voucher.parse::<i64>().ok()?, user.parse::<i64>().ok()?))
+    });
+    match parsed {
+        Some((voucher_id, user)) if visible(user) => Ok(Json(json!({
             "order_id": id.to_string(),
             "status": "pending",
             "voucher_id": voucher_id,
+            "user_id": user,
         }))),
-        None => Err(AppError::NotFound("order")),
+        _ => Err(AppError::NotFound("order")),
     }
 }
 
+/// `GET /healthz`: 200 when Redis and the database answer and nothing
+/// needs an operator; otherwise 503 with `status` `down` (a dependency does
+/// not answer) or `degraded` and the reasons: a live voucher whose Redis
+/// state is gone, dead-lettered orders waiting for a replay, or an order
+/// pipeline lagging past `--max-pipeline-lag`.
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let redis = state
         .locks()
@@ -334,18 +465,29 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         .map(|_| ())
         .map_err(|e| e.to_string());
     let db = state.db().ping().await.map_err(|e| e.to_string());
-    let status = if redis.is_ok() && db.is_ok() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
     let show = |r: &Result<_, String>| match r {
         Ok(_) => "ok".to_owned(),
         Err(e) => e.clone(),
     };
+    let (status, problems) = if redis.is_ok() && db.is_ok() {
+        match crate::repair::problems(&state).await {
+            Ok(problems) if problems.is_empty() => ("ok", problems),
+            Ok(problems) => ("degraded", problems),
+            Err(e) => ("degraded", vec![format!("cannot check the sales: {e}")]),
+        }
+    } else {
+        ("down", Vec::new())
+    };
+    let code = if status == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (
-        status,
+        code,
         Json(json!({
+            "status": status,
+            "problems": problems,
             "redis": show(&redis),
             "database": show(&db),
             "strategy": state.config().strategy.as_str(),

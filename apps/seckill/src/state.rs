@@ -1,7 +1,7 @@
 //! [`AppState`]: the handles one instance shares between its requests and
 //! its order pipeline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -52,6 +52,10 @@ struct Inner {
     local_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Renders `/metrics`.
     metrics: PrometheusHandle,
+    /// Vouchers whose consumers stopped (sale drained): their per-voucher
+    /// series are left out of `/metrics`. The `metrics` facade cannot
+    /// unregister a series, so they are filtered at render time.
+    retired: Mutex<HashSet<i64>>,
 }
 
 /// The process-wide Prometheus recorder (the `metrics` facade allows one),
@@ -79,13 +83,14 @@ impl AppState {
         if config.segments < 1 || config.segments > 1024 {
             return Err("segments must be between 1 and 1024".into());
         }
+        config.validate()?;
         let locks = locksmith::Client::builder(config.redis_url.as_str())
             .connect_timeout(Duration::from_secs(3))
             .command_timeout(Duration::from_secs(2))
             .build()
             .await?;
         let redis_client = redis::Client::open(config.redis_url.as_str())?;
-        let db = Db::connect(&config.database_url).await?;
+        let db = Db::connect(&config.database_url, config.db).await?;
         let order_ids = locks.id_generator("seckill:order-seq")?;
         Ok(AppState {
             inner: Arc::new(Inner {
@@ -97,6 +102,7 @@ impl AppState {
                 vouchers: Mutex::new(HashMap::new()),
                 local_locks: Mutex::new(HashMap::new()),
                 metrics: metrics_handle(),
+                retired: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -131,9 +137,46 @@ impl AppState {
         &self.inner.db
     }
 
-    /// The Prometheus text of all metrics.
+    /// The Prometheus text of all metrics, without the series of retired
+    /// vouchers.
     pub fn render_metrics(&self) -> String {
-        self.inner.metrics.render()
+        let text = self.inner.metrics.render();
+        let retired = self
+            .inner
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if retired.is_empty() {
+            return text;
+        }
+        let labels: Vec<String> = retired
+            .iter()
+            .map(|id| format!("voucher=\"{id}\""))
+            .collect();
+        text.lines()
+            .filter(|line| !labels.iter().any(|l| line.contains(l.as_str())))
+            .flat_map(|line| [line, "\n"])
+            .collect()
+    }
+
+    /// Shows a voucher's series again (its consumer started).
+    pub fn activate_voucher_metrics(&self, voucher: i64) {
+        self.inner
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&voucher);
+    }
+
+    /// Drops a voucher's per-voucher metric series from `/metrics` (its
+    /// consumer stopped: the sale is drained).
+    pub fn retire_voucher_metrics(&self, voucher: i64) {
+        self.inner
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(voucher);
     }
 
     /// A voucher's metadata, from the cache or the database.

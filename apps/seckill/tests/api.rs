@@ -68,6 +68,28 @@ impl Api {
         self.call(Request::get(path).body(Body::empty()).unwrap())
             .await
     }
+
+    /// GET as a buyer (`X-User-Id`).
+    async fn get_as(&self, path: &str, user: &str) -> (StatusCode, Value) {
+        self.call(
+            Request::get(path)
+                .header("x-user-id", user)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// GET with the admin token.
+    async fn get_admin(&self, path: &str) -> (StatusCode, Value) {
+        self.call(
+            Request::get(path)
+                .header("authorization", format!("Bearer {ADMIN}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
 }
 
 fn time(offset_secs: i64) -> String {
@@ -137,8 +159,35 @@ async fn bad_input_is_answered_with_4xx() {
         assert_eq!(api.buy("999", Some("1")).await.0, StatusCode::NOT_FOUND);
         assert_eq!(api.get("/vouchers/999").await.0, StatusCode::NOT_FOUND);
         assert_eq!(api.get("/vouchers/x1").await.0, StatusCode::BAD_REQUEST);
-        assert_eq!(api.get("/orders/0").await.0, StatusCode::BAD_REQUEST);
-        assert_eq!(api.get("/orders/12345").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            api.get_as("/orders/0", "1").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.get_as("/orders/12345", "1").await.0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(api.get("/orders/12345").await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            api.get_admin("/vouchers/1/orders?limit=0").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.get_admin("/vouchers/1/orders?limit=1001").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.get_admin("/vouchers/1/orders?after=x").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.get_admin("/vouchers/1/orders?bogus=1").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            api.get("/vouchers/1/orders/mine").await.0,
+            StatusCode::UNAUTHORIZED
+        );
         let (s, v) = api.create(voucher(1, -5, 60), Some(ADMIN)).await;
         assert_eq!(s, StatusCode::CREATED, "{v}");
         let id = v["id"].to_string();
@@ -171,8 +220,35 @@ async fn a_purchase_goes_through_its_states() {
         // The order becomes "created" (at once, or through the pipeline).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let (s, o) = api.get(&format!("/orders/{order_id}")).await;
+            let (s, o) = api.get_as(&format!("/orders/{order_id}"), "7").await;
+            assert_eq!(s, StatusCode::OK, "{strategy}: {o}");
+            // Nobody else sees it; an admin does.
+            let (s, _) = api.get_as(&format!("/orders/{order_id}"), "8").await;
+            assert_eq!(
+                s,
+                StatusCode::NOT_FOUND,
+                "{strategy}: another buyer saw the order"
+            );
+            let (s, _) = api.get_admin(&format!("/orders/{order_id}")).await;
             assert_eq!(s, StatusCode::OK);
+            // The buyer's own list has it, whatever its state.
+            let (s, mine) = api
+                .get_as(&format!("/vouchers/{id}/orders/mine"), "7")
+                .await;
+            assert_eq!(s, StatusCode::OK);
+            assert_eq!(
+                mine["orders"][0]["order_id"],
+                order_id.as_str(),
+                "{strategy}: {mine}"
+            );
+            assert_eq!(
+                mine["orders"][0]["status"], o["status"],
+                "{strategy}: {mine}"
+            );
+            let (_, theirs) = api
+                .get_as(&format!("/vouchers/{id}/orders/mine"), "8")
+                .await;
+            assert_eq!(theirs["orders"], json!([]), "{strategy}: {theirs}");
             if o["status"] == "created" {
                 assert_eq!(o["user_id"], 7);
                 break;
@@ -237,11 +313,48 @@ async fn the_sale_window_is_enforced() {
 }
 
 #[tokio::test]
+async fn the_admin_order_list_is_paginated() {
+    let api = Api::start(Strategy::Optimistic).await;
+    let (_, v) = api.create(voucher(10, -5, 60), Some(ADMIN)).await;
+    let id = v["id"].to_string();
+    for user in 1..=7 {
+        assert_eq!(
+            api.buy(&id, Some(&user.to_string())).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let (s, _) = api.get(&format!("/vouchers/{id}/orders")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    let mut pages = 0;
+    loop {
+        let (s, page) = api
+            .get_admin(&format!("/vouchers/{id}/orders?limit=3&after={after}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        assert_eq!(page["total"], 7);
+        pages += 1;
+        for o in page["orders"].as_array().unwrap() {
+            seen.push(o["user_id"].as_i64().unwrap());
+        }
+        match page["next_after"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (1..=7).collect::<Vec<i64>>());
+    assert_eq!(pages, 3, "3 + 3 + 1");
+}
+
+#[tokio::test]
 async fn health_and_metrics_answer() {
     let api = Api::start(Strategy::Lua).await;
     let (s, h) = api.get("/healthz").await;
-    assert_eq!(s, StatusCode::OK);
+    assert_eq!(s, StatusCode::OK, "{h}");
     assert_eq!(h["redis"], "ok");
+    assert_eq!(h["status"], "ok");
     let (_, v) = api.create(voucher(1, -5, 60), Some(ADMIN)).await;
     api.buy(&v["id"].to_string(), Some("1")).await;
     api.buy(&v["id"].to_string(), Some("2")).await;

@@ -16,6 +16,10 @@ use crate::routes::USER_HEADER;
 pub enum Outcome {
     /// 201 with this order id.
     Accepted(i64),
+    /// 202 `outcome_unknown`: the purchase was still running at the
+    /// service's deadline, or the gate's reply was lost; the buyer must
+    /// look at `GET /vouchers/{id}/orders/mine`.
+    Unknown,
     /// An error answer: HTTP status and the body's `error` code.
     Rejected(u16, String),
     /// No answer (connection failure).
@@ -107,6 +111,7 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
                     Some(id) => Outcome::Accepted(id),
                     None => Outcome::Rejected(201, "no order id".into()),
                 },
+                Ok(Ok((202, _))) => Outcome::Unknown,
                 Ok(Ok((status, body))) => Outcome::Rejected(
                     status,
                     body["error"].as_str().unwrap_or("unknown").to_owned(),
@@ -136,7 +141,12 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
 pub fn latency_quantile(samples: &[Sample], q: f64) -> Duration {
     let mut latencies: Vec<Duration> = samples
         .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Accepted(_) | Outcome::Rejected(..)))
+        .filter(|s| {
+            matches!(
+                s.outcome,
+                Outcome::Accepted(_) | Outcome::Unknown | Outcome::Rejected(..)
+            )
+        })
         .map(|s| s.latency)
         .collect();
     if latencies.is_empty() {

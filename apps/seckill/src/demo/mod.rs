@@ -46,6 +46,8 @@ pub struct DemoOptions {
     pub drain_timeout: Duration,
     /// Where JSON, SVG and instance logs go.
     pub results_dir: PathBuf,
+    /// Also run the one-user-many-requests and killed-consumer experiments.
+    pub experiments: bool,
     /// Show progress bars.
     pub progress: bool,
 }
@@ -62,6 +64,7 @@ impl Default for DemoOptions {
             time_limit: Duration::from_secs(20),
             drain_timeout: Duration::from_secs(20),
             results_dir: PathBuf::from("results"),
+            experiments: true,
             progress: true,
         }
     }
@@ -235,6 +238,42 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
     Ok((report, json_path, svg_path))
 }
 
+/// Every written order of a voucher as (order id, user id), paging through
+/// the admin list, and the number of accepted orders not yet written.
+async fn written_orders(
+    http: &reqwest::Client,
+    url: &str,
+    voucher_id: i64,
+    admin_token: &str,
+) -> Result<(Vec<(i64, i64)>, i64), BoxError> {
+    let mut rows = Vec::new();
+    let mut after = String::new();
+    let mut unwritten = 0;
+    loop {
+        let page: Value = http
+            .get(format!("{url}/vouchers/{voucher_id}/orders"))
+            .query(&[("after", after.as_str()), ("limit", "1000")])
+            .bearer_auth(admin_token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        for o in page["orders"].as_array().into_iter().flatten() {
+            let id = o["order_id"].as_str().and_then(|s| s.parse::<i64>().ok());
+            if let (Some(id), Some(user)) = (id, o["user_id"].as_i64()) {
+                rows.push((id, user));
+            }
+        }
+        unwritten = page["stream_unwritten"].as_i64().unwrap_or(unwritten);
+        match page["next_after"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+    }
+    Ok((rows, unwritten))
+}
+
 async fn run_strategy(
     options: &DemoOptions,
     strategy: Strategy,
@@ -299,46 +338,25 @@ async fn run_strategy(
     let errors = run.samples.len() - accepted.len() - refused_by_db - sold_out - unavailable
         + (options.buyers - run.samples.len());
 
-    // Wait until every accepted order is written, or the stream is empty
-    // and nothing is pending (then what is missing is lost), bounded.
+    // Wait until every accepted order is written, or nothing is left in
+    // the stream (then what is missing is lost), bounded.
     let drain_deadline = Instant::now() + options.drain_timeout;
-    let orders = loop {
-        let state: Value = http
-            .get(format!("{}/vouchers/{voucher_id}/orders", urls[0]))
-            .bearer_auth(admin_token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        let written: HashSet<i64> = state["orders"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|o| o["order_id"].as_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let idle = state["stream_pending"].as_i64().unwrap_or(0) <= 0
-            && state["stream_lag"].as_i64().unwrap_or(0) <= 0;
+    let rows = loop {
+        let (rows, unwritten) = written_orders(http, &urls[0], voucher_id, admin_token).await?;
+        let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
         let all_there = accepted.iter().all(|id| written.contains(id));
-        if all_there || (idle && strategy != Strategy::Lua) || Instant::now() > drain_deadline {
-            break state;
+        if all_there || unwritten == 0 || Instant::now() > drain_deadline {
+            break rows;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     progress.finish_with_message("done");
 
-    let rows = orders["orders"].as_array().cloned().unwrap_or_default();
     let mut per_user: HashMap<i64, usize> = HashMap::new();
     let mut written = HashSet::new();
-    for o in &rows {
-        if let Some(user) = o["user_id"].as_i64() {
-            *per_user.entry(user).or_default() += 1;
-        }
-        if let Some(id) = o["order_id"].as_str().and_then(|s| s.parse::<i64>().ok()) {
-            written.insert(id);
-        }
+    for (id, user) in &rows {
+        *per_user.entry(*user).or_default() += 1;
+        written.insert(*id);
     }
     let duplicate_pairs = per_user.values().filter(|&&n| n > 1).count();
     let lost = accepted.iter().filter(|id| !written.contains(id)).count();

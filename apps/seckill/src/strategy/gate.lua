@@ -4,6 +4,7 @@
 -- KEYS[2]  buyers (set of user ids)          seckill:buyers:{V}
 -- KEYS[3]  voucher meta (hash: begin, end)   seckill:voucher:{V}
 -- KEYS[4]  order stream                      seckill:orders:{V}
+-- KEYS[5]  pending orders (hash user -> order id) seckill:pending:{V}
 -- ARGV[1]  user id
 -- ARGV[2]  order id
 -- ARGV[3]  voucher id
@@ -11,6 +12,9 @@
 -- All keys carry the voucher id as hash tag, so the script runs on Redis
 -- Cluster. The window is checked on the server's clock (TIME), not on the
 -- callers' clocks.
+--
+-- The pending hash lets the buyer find the order before it is written, and
+-- lets a caller whose reply was lost tell whether the script ran.
 --
 -- Returns 0 accepted (order appended to the stream), 1 sold out,
 -- 2 already bought, 3 not started, 4 ended, 5 voucher state missing.
@@ -35,5 +39,6 @@ if tonumber(stock) <= 0 then
 end
 redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[2], 'user_id', ARGV[1], 'voucher_id', ARGV[3])
 return 0

@@ -7,8 +7,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use locksmith_macros::locked;
-
 use super::{already_bought, write_now, Accepted};
 use crate::db::{StockGuard, Voucher};
 use crate::error::AppError;
@@ -21,60 +19,78 @@ pub(super) type TakeItem =
         &'a AppState,
         &'a Voucher,
         i64,
+        Instant,
     ) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>>;
 
 /// The purchase of one user, under the user's lock: nobody else can buy for
 /// this user between the "already bought?" check and the order write.
-/// `take` is the strategy's stock step.
-#[locked(
-    "seckill:order:{user_id}",
-    client = state.locks(),
-    wait = "10s",
-    lease = "15s",
-    busy = AppError::Busy(format!("another purchase of user {user_id} is running"))
-)]
+/// `take` is the strategy's stock step; it must finish by the deadline it
+/// is given (one lock wait from now).
+///
+/// The lock waits and leases are the instance's `--lock-wait` and
+/// `--lock-lease`. A failed release after the order is written (the lease
+/// ran out, Redis restarted) does not turn the purchase into an error: the
+/// order exists and the buyer is told so; the failure is logged and
+/// counted (`seckill_lock_release_failures_total`).
 pub(super) async fn per_user(
     state: &AppState,
     voucher: &Voucher,
     user_id: i64,
     take: TakeItem,
 ) -> Result<Accepted, AppError> {
-    if already_bought(state, voucher, user_id).await? {
-        return Err(AppError::AlreadyBought);
-    }
-    match take(state, voucher, user_id).await? {
-        Some(stock_key) => {
-            write_now(state, voucher, user_id, &stock_key, StockGuard::Enforce).await
+    let name = format!("seckill:order:{user_id}");
+    let guard = acquire(state, &name, "user", state.config().lock_wait)
+        .await
+        .map_err(|e| match e {
+            AppError::Busy(_) => {
+                AppError::Busy(format!("another purchase of user {user_id} is running"))
+            }
+            other => other,
+        })?;
+    let result = async {
+        if already_bought(state, voucher, user_id).await? {
+            return Err(AppError::AlreadyBought);
         }
-        None => Err(AppError::SoldOut),
+        let deadline = Instant::now() + state.config().lock_wait;
+        match take(state, voucher, user_id, deadline).await? {
+            Some(stock_key) => {
+                write_now(state, voucher, user_id, &stock_key, StockGuard::Enforce).await
+            }
+            None => Err(AppError::SoldOut),
+        }
     }
+    .await;
+    release(guard).await;
+    result
 }
 
-/// Takes `name` with this instance's wait bound and lease, recording the
-/// wait; 503 busy when the wait runs out.
+/// Takes `name` with this instance's lease, waiting at most `wait`, and
+/// records the wait; 503 busy when the wait runs out.
 pub(super) async fn acquire(
     state: &AppState,
     name: &str,
     kind: &'static str,
+    wait: Duration,
 ) -> Result<locksmith::LockGuard, AppError> {
     let lock = state
         .locks()
         .lock(name)?
         .with_lease(state.config().lock_lease)?;
     let started = Instant::now();
-    let guard = lock.try_lock_for(state.config().lock_wait).await?;
+    let guard = lock.try_lock_for(wait).await?;
     let waited: Duration = started.elapsed();
     metrics::histogram!("seckill_lock_wait_seconds", "lock" => kind).record(waited.as_secs_f64());
     guard.ok_or_else(|| AppError::Busy(format!("waited {waited:?} for lock {name}")))
 }
 
-/// Releases a stock lock. A lease lost before the release means another
+/// Releases a purchase lock. A lease lost before the release means another
 /// buyer may have entered the critical section meanwhile; it is counted
 /// and logged (the lease is many times the critical section, so this needs
-/// a stalled process or a Redis failover).
+/// a stalled process or a Redis failover). The database's guards (stock
+/// above zero, one order per user) still hold.
 pub(super) async fn release(guard: locksmith::LockGuard) {
     if let Err(e) = guard.release().await {
         metrics::counter!("seckill_lock_release_failures_total").increment(1);
-        tracing::warn!("releasing a stock lock failed: {e}");
+        tracing::warn!("releasing a purchase lock failed: {e}");
     }
 }

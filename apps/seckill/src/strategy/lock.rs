@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use super::guarded::{acquire, per_user, release};
 use super::{check_window, read_check_write, Accepted};
@@ -28,6 +29,7 @@ fn take_item<'a>(
     state: &'a AppState,
     voucher: &'a Voucher,
     user_id: i64,
+    deadline: Instant,
 ) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>> {
     Box::pin(async move {
         let stock_key = keys::stock(voucher.id);
@@ -44,7 +46,8 @@ fn take_item<'a>(
             Some(n) if n <= 0 => return Ok(None),
             Some(_) => {}
         }
-        let guard = acquire(state, &keys::voucher_lock(voucher.id), "voucher").await?;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let guard = acquire(state, &keys::voucher_lock(voucher.id), "voucher", wait).await?;
         let taken = read_check_write(state, voucher, &stock_key, user_id).await;
         release(guard).await;
         Ok(taken?.then_some(stock_key))

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use super::Accepted;
-use crate::db::Voucher;
+use crate::db::{now_ms, Voucher};
 use crate::error::AppError;
 use crate::keys;
 use crate::state::AppState;
@@ -22,24 +22,46 @@ pub(super) async fn purchase(
 ) -> Result<Accepted, AppError> {
     let mut conn = state.redis();
     let id = state.order_ids().next_id().await?;
-    let code: i64 = GATE
+    let called: redis::RedisResult<i64> = GATE
         .key(keys::stock(voucher.id))
         .key(keys::buyers(voucher.id))
         .key(keys::meta(voucher.id))
         .key(keys::orders_stream(voucher.id))
+        .key(keys::pending(voucher.id))
         .arg(user_id)
         .arg(id)
         .arg(voucher.id)
         .invoke_async(&mut conn)
-        .await?;
+        .await;
+    let code = match called {
+        Ok(code) => code,
+        // Never sent: nothing was accepted.
+        Err(e) if e.is_connection_refusal() => return Err(e.into()),
+        // The reply was lost: the script may have run. The pending hash
+        // tells, because the gate records the order there.
+        Err(e) if e.is_timeout() || e.is_connection_dropped() || e.is_io_error() => {
+            tracing::warn!(order_id = id, user_id, "gate reply lost ({e}); checking");
+            let recorded: redis::RedisResult<Option<i64>> = redis::cmd("HGET")
+                .arg(keys::pending(voucher.id))
+                .arg(user_id)
+                .query_async(&mut conn)
+                .await;
+            match recorded {
+                Ok(Some(recorded)) if recorded == id => 0,
+                _ => return Err(AppError::OutcomeUnknown(voucher.id)),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     match code {
         0 => {
             // Lets GET /orders/{id} say "pending" until the pipeline writes
             // the order; losing this hint only makes that answer 404 for a
-            // moment, so a failure here does not undo the purchase.
+            // moment (GET /vouchers/{id}/orders/mine still finds it), so a
+            // failure here does not undo the purchase.
             let marked: redis::RedisResult<()> = redis::cmd("SET")
                 .arg(keys::order_status(id))
-                .arg(voucher.id)
+                .arg(format!("{}:{user_id}", voucher.id))
                 .arg("EX")
                 .arg(86_400)
                 .query_async(&mut conn)
@@ -56,6 +78,8 @@ pub(super) async fn purchase(
         2 => Err(AppError::AlreadyBought),
         3 => Err(AppError::NotStarted),
         4 => Err(AppError::Ended),
+        // A finished sale's keys expire once its orders are written.
+        5 if voucher.has_ended(now_ms()) => Err(AppError::Ended),
         5 => Err(super::lost_state(voucher)),
         other => Err(AppError::Internal(format!("gate answered {other}"))),
     }

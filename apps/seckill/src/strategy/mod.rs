@@ -231,6 +231,22 @@ async fn write_now(
                 .await?;
             Err(AppError::Oversold)
         }
+        Err(e) if crate::db::is_transient(&e) => {
+            // The connection may have died after the commit went out: ask
+            // before giving the item back, or an order could exist whose
+            // item is sold again.
+            match state.db().order(id).await {
+                Ok(Some(_)) => Ok(Accepted {
+                    order_id: id,
+                    pending: false,
+                }),
+                Ok(None) => {
+                    give_back().await;
+                    Err(e.into())
+                }
+                Err(_) => Err(AppError::OutcomeUnknown(voucher.id)),
+            }
+        }
         Err(e) => {
             give_back().await;
             Err(e.into())
@@ -239,10 +255,23 @@ async fn write_now(
 }
 
 /// Seeds a new voucher's Redis state: window, counter, segments, an empty
-/// buyer set. One MULTI, so the state is complete or absent.
+/// buyer set. One MULTI, so the state is complete or absent. Every key a
+/// voucher of the same id left behind (a database that was reset while
+/// Redis kept its data) is deleted first, the order and dead-letter
+/// streams included, so the new sale inherits nothing.
 pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppError> {
+    let mut conn = state.redis();
+    let old_segments: Option<i64> = redis::cmd("HGET")
+        .arg(keys::meta(voucher.id))
+        .arg("segments")
+        .query_async(&mut conn)
+        .await?;
+    let mut stale = keys::sale_keys(voucher.id, old_segments.unwrap_or(0).max(voucher.segments));
+    stale.push(keys::dead_letter_stream(voucher.id));
     let mut pipe = redis::pipe();
     pipe.atomic()
+        .del(stale)
+        .ignore()
         .hset_multiple(
             keys::meta(voucher.id),
             &[
@@ -253,8 +282,6 @@ pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppE
         )
         .ignore()
         .set(keys::stock(voucher.id), voucher.stock_total)
-        .ignore()
-        .del(keys::buyers(voucher.id))
         .ignore();
     for (segment, share) in segment_shares(voucher.stock_total, voucher.segments)
         .into_iter()
@@ -263,8 +290,13 @@ pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppE
         pipe.set(keys::segment_stock(voucher.id, segment as i64), share)
             .ignore();
     }
-    let mut conn = state.redis();
     let _: () = pipe.query_async(&mut conn).await?;
+    // Another slot on a Cluster: not part of the MULTI.
+    let _: i64 = redis::cmd("SREM")
+        .arg(keys::DEAD_LETTERED)
+        .arg(voucher.id)
+        .query_async(&mut conn)
+        .await?;
     Ok(())
 }
 

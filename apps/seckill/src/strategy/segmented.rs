@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use super::guarded::{acquire, per_user, release};
 use super::{check_window, read_check_write, Accepted};
@@ -29,6 +30,7 @@ fn take_item<'a>(
     state: &'a AppState,
     voucher: &'a Voucher,
     user_id: i64,
+    deadline: Instant,
 ) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>> {
     Box::pin(async move {
         let n = voucher.segments.max(1);
@@ -48,7 +50,16 @@ fn take_item<'a>(
                 continue;
             }
             let stock_key = keys::segment_stock(voucher.id, segment);
-            let guard = acquire(state, &keys::segment_lock(voucher.id, segment), "segment").await?;
+            // All segment locks share one wait bound, so a buyer who walks
+            // several segments still answers within the purchase budget.
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let guard = acquire(
+                state,
+                &keys::segment_lock(voucher.id, segment),
+                "segment",
+                wait,
+            )
+            .await?;
             let taken = read_check_write(state, voucher, &stock_key, user_id).await;
             release(guard).await;
             if taken? {

@@ -28,6 +28,8 @@ pub fn fast_pipeline() -> PipelineConfig {
         claim_min_idle: Duration::from_millis(300),
         claim_interval: Duration::from_millis(200),
         max_deliveries: 3,
+        outage_limit: None,
+        write_timeout: Duration::from_secs(5),
         discover_interval: Duration::from_millis(100),
         batch: 100,
     }
@@ -38,7 +40,12 @@ pub fn config(redis_url: &str, database_url: &str, strategy: Strategy, name: &st
     c.admin_token = ADMIN.to_owned();
     c.consumer_name = name.to_owned();
     c.segments = 4;
+    // The `lock` strategy queues every buyer on one lock: under a test's
+    // load on a busy machine the waits are long. The request timeout and
+    // lease must cover them (Config::validate).
     c.lock_wait = Duration::from_secs(20);
+    c.lock_lease = Duration::from_secs(30);
+    c.request_timeout = Duration::from_secs(60);
     c.pipeline = fast_pipeline();
     c
 }
