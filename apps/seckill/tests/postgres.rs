@@ -40,7 +40,26 @@ fn bin_dir() -> Option<PathBuf> {
 struct Postgres {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// `program`, run as the `postgres` user when we are root (PostgreSQL
+/// refuses to run as root).
+fn run_as(program: PathBuf) -> Command {
+    if nix::unistd::Uid::effective().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
 }
 
 impl Postgres {
@@ -50,23 +69,7 @@ impl Postgres {
             .tempdir()
             .unwrap();
         let data = dir.path().join("data");
-        let as_root = nix::unistd::Uid::effective().is_root();
-        let run_as = |program: PathBuf| -> Command {
-            if as_root {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    "--reuid=postgres",
-                    "--regid=postgres",
-                    "--clear-groups",
-                    "--",
-                ])
-                .arg(program);
-                c
-            } else {
-                Command::new(program)
-            }
-        };
-        if as_root {
+        if nix::unistd::Uid::effective().is_root() {
             let user = nix::unistd::User::from_name("postgres").unwrap().expect(
                 "running as root needs a `postgres` user (the postgresql package creates it)",
             );
@@ -86,11 +89,23 @@ impl Postgres {
             .local_addr()
             .unwrap()
             .port();
+        let child = Self::spawn(bin, dir.path(), port);
+        Postgres {
+            child,
+            port,
+            bin: bin.to_owned(),
+            dir,
+        }
+    }
+
+    /// Starts `postgres` on the cluster in `dir` and waits until it listens.
+    fn spawn(bin: &Path, dir: &Path, port: u16) -> Child {
+        let data = dir.join("data");
         let child = run_as(bin.join("postgres"))
             .arg("-D")
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
-            .arg(dir.path())
+            .arg(dir)
             .args([
                 "-c",
                 "listen_addresses=127.0.0.1",
@@ -112,21 +127,11 @@ impl Postgres {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Postgres {
-            child,
-            port,
-            _dir: dir,
-        }
+        child
     }
 
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // SIGINT: fast shutdown (setpriv execs, so the pid is postgres').
+    /// Shuts the server down (fast shutdown: open connections are cut).
+    fn stop(&mut self) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
             nix::sys::signal::Signal::SIGINT,
@@ -140,6 +145,21 @@ impl Drop for Postgres {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the stopped server again, same data, same port.
+    fn start_again(&mut self) {
+        self.child = Self::spawn(&self.bin, self.dir.path(), self.port);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -168,4 +188,37 @@ async fn sales_on_postgres_are_exact() {
         assert_eq!(db.engine(), seckill::db::Engine::Postgres);
         assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 0);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_accepted_while_postgres_is_down_are_all_written_when_it_returns() {
+    let Some(bin) = bin_dir() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL server binaries; run scripts/setup ***\n");
+        return;
+    };
+    let mut pg = Postgres::start(&bin);
+    let h = Harness::start_with_db(Strategy::Lua, 1, Some(pg.url())).await;
+    let voucher = h.create_voucher(100).await;
+    let db = h.servers[0].state().db().clone();
+    tokio::task::block_in_place(|| pg.stop());
+    // Accepted by the gate while the database is down.
+    let run = h.sale(voucher, 1, 40, 10).await;
+    let accepted = accepted_ids(&run);
+    assert_eq!(accepted.len(), 40);
+    // Longer than the old dead-letter window (3 deliveries x 300 ms idle).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut conn = h.redis.connection().unwrap();
+    assert_eq!(
+        redis::Commands::xlen::<_, i64>(&mut conn, seckill::keys::dead_letter_stream(voucher))
+            .unwrap(),
+        0,
+        "the outage dead-lettered orders"
+    );
+    tokio::task::block_in_place(|| pg.start_again());
+    let orders = h
+        .wait_written(voucher, &accepted, Duration::from_secs(60))
+        .await;
+    assert_eq!(orders.len(), 40, "every 201 is written");
+    assert_eq!(db.failed_count(voucher).await.unwrap(), 0, "none failed");
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 60);
 }

@@ -79,6 +79,12 @@ impl Harness {
 
     pub async fn add_instance(&mut self, strategy: Strategy, name: &str) -> usize {
         let cfg = config(&self.redis.url(), &self.database_url, strategy, name);
+        self.add_instance_with(cfg).await
+    }
+
+    /// Adds an instance with a configuration of the test's own (start
+    /// from [`config`]).
+    pub async fn add_instance_with(&mut self, cfg: Config) -> usize {
         let server = Server::bind(cfg, "127.0.0.1:0".parse().unwrap())
             .await
             .expect("instance starts");
@@ -91,6 +97,12 @@ impl Harness {
     }
 
     pub async fn create_voucher(&self, stock: i64) -> i64 {
+        self.create_voucher_until(stock, Duration::from_secs(3600))
+            .await
+    }
+
+    /// A voucher on sale from 5 s ago until `ends_in` from now.
+    pub async fn create_voucher_until(&self, stock: i64, ends_in: Duration) -> i64 {
         let now = std::time::SystemTime::now();
         let v: Value = self
             .http
@@ -100,7 +112,7 @@ impl Harness {
                 "title": "test voucher",
                 "stock": stock,
                 "begin": humantime::format_rfc3339_millis(now - Duration::from_secs(5)).to_string(),
-                "end": humantime::format_rfc3339_millis(now + Duration::from_secs(3600)).to_string(),
+                "end": humantime::format_rfc3339_millis(now + ends_in).to_string(),
             }))
             .send()
             .await

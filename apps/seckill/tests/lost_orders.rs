@@ -1,0 +1,487 @@
+//! No accepted order is lost, and an operator can see and repair every
+//! state: database outages, cancelled requests, finished sales, dead
+//! letters, a Redis that lost its data, a reused voucher id. Real Redis and
+//! SQLite (the PostgreSQL outage is in `postgres.rs`).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{accepted_ids, config, Harness};
+use redis::Commands;
+use seckill::config::Strategy;
+use seckill::keys;
+use serde_json::Value;
+use sqlx::Connection;
+
+async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Holds SQLite's write lock (`BEGIN EXCLUSIVE`) until dropped or
+/// released: every writer fails with SQLITE_BUSY after its busy timeout,
+/// as in a database outage, while reads go on (WAL).
+struct WriteLock(sqlx::sqlite::SqliteConnection);
+
+impl WriteLock {
+    async fn take(url: &str) -> WriteLock {
+        let mut conn = sqlx::sqlite::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        WriteLock(conn)
+    }
+
+    async fn release(mut self) {
+        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+        self.0.close().await.unwrap();
+    }
+}
+
+/// One instance whose database calls give up fast, so the lock above reads
+/// as an outage within a fraction of a second.
+async fn outage_harness(outage_limit: Option<Duration>) -> Harness {
+    let mut h = Harness::start(Strategy::Lua, 0).await;
+    let mut cfg = config(&h.redis.url(), &h.database_url, Strategy::Lua, "outage-0");
+    cfg.db.statement_timeout = Duration::from_millis(100);
+    cfg.pipeline.write_timeout = Duration::from_secs(2);
+    cfg.pipeline.outage_limit = outage_limit;
+    h.add_instance_with(cfg).await;
+    h
+}
+
+async fn health(h: &Harness) -> (u16, Value) {
+    let r = h
+        .http
+        .get(format!("{}/healthz", h.servers[0].url()))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_longer_than_the_dead_letter_window_loses_nothing() {
+    let h = outage_harness(None).await;
+    let voucher = h.create_voucher(100).await;
+    let db = h.servers[0].state().db().clone();
+    let lock = WriteLock::take(&h.database_url).await;
+    let run = h.sale(voucher, 1, 60, 10).await;
+    let accepted = accepted_ids(&run);
+    assert_eq!(accepted.len(), 60, "the gate answers without the database");
+    // The old dead-letter window: 3 deliveries x 300 ms idle. Four times
+    // that, with every write failing.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut conn = h.redis.connection().unwrap();
+    assert_eq!(db.order_count(voucher).await.unwrap(), 0, "the lock held");
+    assert_eq!(
+        conn.xlen::<_, i64>(keys::dead_letter_stream(voucher))
+            .unwrap(),
+        0,
+        "an outage dead-lettered orders"
+    );
+    lock.release().await;
+
+    let orders = h
+        .wait_written(voucher, &accepted, Duration::from_secs(30))
+        .await;
+    assert_eq!(orders.len(), 60, "every 201 is written");
+    assert_eq!(db.failed_count(voucher).await.unwrap(), 0, "none failed");
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 40);
+    wait_until("the stream trimmed", Duration::from_secs(10), async || {
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap() == 0
+    })
+    .await;
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_outage_limit_orders_are_dead_lettered_with_their_stock_and_replayed() {
+    let h = outage_harness(Some(Duration::from_secs(1))).await;
+    let voucher = h.create_voucher(100).await;
+    let state = h.servers[0].state().clone();
+    let lock = WriteLock::take(&h.database_url).await;
+    let run = h.sale(voucher, 1, 5, 5).await;
+    let accepted = accepted_ids(&run);
+    assert_eq!(accepted.len(), 5);
+    let mut conn = h.redis.connection().unwrap();
+    wait_until("5 dead letters", Duration::from_secs(20), async || {
+        conn.xlen::<_, i64>(keys::dead_letter_stream(voucher))
+            .unwrap()
+            == 5
+    })
+    .await;
+    // Each gave its item and its buyer entry back.
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 100, "stock given back");
+    let buyers: i64 = conn.scard(keys::buyers(voucher)).unwrap();
+    assert_eq!(buyers, 0, "buyer entries given back");
+    assert_eq!(
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap(),
+        0
+    );
+    let (status, body) = health(&h).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["status"], "degraded");
+    assert!(
+        body["problems"]
+            .to_string()
+            .contains("5 dead-lettered orders"),
+        "{body}"
+    );
+    lock.release().await;
+
+    let report = seckill::repair::replay_dead_letters(&state, voucher)
+        .await
+        .unwrap();
+    assert_eq!(report.replayed, 5, "{report:?}");
+    let orders = h
+        .wait_written(voucher, &accepted, Duration::from_secs(20))
+        .await;
+    assert_eq!(orders.len(), 5);
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 95);
+    assert_eq!(
+        state.db().voucher(voucher).await.unwrap().unwrap().stock,
+        95
+    );
+    // Written orders are no longer failed.
+    for id in &accepted {
+        assert!(state.db().failed_order(*id).await.unwrap().is_none());
+    }
+    wait_until("healthy again", Duration::from_secs(10), async || {
+        health(&h).await.0 == 200
+    })
+    .await;
+}
+
+/// A timeout per buyer from 1 to 40 ms, spread by the user id: the client
+/// hangs up at every point of the purchase.
+fn hang_up_after(user: i64) -> Duration {
+    Duration::from_millis(1 + (user.wrapping_mul(2_654_435_761) % 40) as u64)
+}
+
+async fn cancelled_requests_leak_nothing(strategy: Strategy) {
+    const STOCK: i64 = 1000;
+    let h = Harness::start(strategy, 2).await;
+    let voucher = h.create_voucher(STOCK).await;
+    let urls = h.urls();
+    let mut tasks = tokio::task::JoinSet::new();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(40));
+    for user in 1..=300i64 {
+        let url = format!("{}/vouchers/{voucher}/orders", urls[user as usize % 2]);
+        let gate = gate.clone();
+        tasks.spawn(async move {
+            let _permit = gate.acquire_owned().await.unwrap();
+            let client = reqwest::Client::new();
+            let answer = client
+                .post(url)
+                .header("x-user-id", user)
+                .timeout(hang_up_after(user))
+                .send()
+                .await;
+            (user, answer.map(|r| r.status().as_u16()).ok())
+        });
+    }
+    let mut dropped = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        let (user, status) = done.unwrap();
+        if status.is_none() {
+            dropped.push(user);
+        }
+    }
+    assert!(
+        dropped.len() > 30,
+        "too few hang-ups to test anything: {}",
+        dropped.len()
+    );
+    let db = h.servers[0].state().db().clone();
+    let mut conn = h.redis.connection().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Quiet: purchases cut off by the hang-ups finish in their own tasks,
+    // and the pipeline writes what the gate accepted.
+    let balanced = async |conn: &mut redis::Connection| {
+        let redis_stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+        let unwritten: i64 = conn.xlen(keys::orders_stream(voucher)).unwrap();
+        let db_stock = db.voucher(voucher).await.unwrap().unwrap().stock;
+        (redis_stock, db_stock - unwritten)
+    };
+    let mut last = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while tokio::time::Instant::now() < deadline {
+        last = balanced(&mut conn).await;
+        let unwritten: i64 = conn.xlen(keys::orders_stream(voucher)).unwrap();
+        if last.0 == last.1 && unwritten == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        last.0, last.1,
+        "{strategy}: stock in Redis != stock in the database - pending orders"
+    );
+    // Every dropped buyer either has an order (and hears so) or can buy.
+    for user in dropped {
+        let mine: Value = h
+            .http
+            .get(format!("{}/vouchers/{voucher}/orders/mine", urls[0]))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let has_order = !mine["orders"].as_array().unwrap().is_empty();
+        let (status, body) = h.buy(0, voucher, user).await;
+        if has_order {
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (409, Some("already_bought")),
+                "{strategy}: user {user} {mine}"
+            );
+        } else {
+            assert_eq!(
+                status, 201,
+                "{strategy}: user {user} cannot buy again: {body}"
+            );
+        }
+    }
+    let everyone: HashSet<i64> = db
+        .orders_of(voucher)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| o.user_id)
+        .collect();
+    let written = db.order_count(voucher).await.unwrap();
+    assert_eq!(everyone.len() as i64, written, "one order per user");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_cancelled_requests_leak_nothing() {
+    cancelled_requests_leak_nothing(Strategy::Lock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_cancelled_requests_leak_nothing() {
+    cancelled_requests_leak_nothing(Strategy::Lua).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_sale_is_drained_trimmed_and_expires() {
+    let mut h = Harness::start(Strategy::Lua, 0).await;
+    let mut cfg = config(&h.redis.url(), &h.database_url, Strategy::Lua, "drain-0");
+    cfg.finished_ttl = Duration::from_secs(120);
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher_until(50, Duration::from_secs(2)).await;
+    let run = h.sale(voucher, 1, 5, 5).await;
+    let accepted = accepted_ids(&run);
+    assert_eq!(accepted.len(), 5);
+    let state = h.servers[0].state().clone();
+    h.wait_written(voucher, &accepted, Duration::from_secs(10))
+        .await;
+    let mut conn = h.redis.connection().unwrap();
+    // Written orders leave the stream at once.
+    wait_until("the stream trimmed", Duration::from_secs(5), async || {
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap() == 0
+    })
+    .await;
+    let metrics_before = state.render_metrics();
+    assert!(
+        metrics_before.contains(&format!("voucher=\"{voucher}\"")),
+        "{metrics_before}"
+    );
+    let clients_before: i64 = connected_clients(&mut conn);
+    // The sale ends; the consumer stops and marks the voucher drained.
+    wait_until("drained", Duration::from_secs(20), async || {
+        state
+            .db()
+            .voucher(voucher)
+            .await
+            .unwrap()
+            .unwrap()
+            .drained_ms
+            .is_some()
+    })
+    .await;
+    wait_until(
+        "the consumer's connection closed",
+        Duration::from_secs(5),
+        async || connected_clients(&mut conn) < clients_before,
+    )
+    .await;
+    for key in [
+        keys::stock(voucher),
+        keys::buyers(voucher),
+        keys::meta(voucher),
+        keys::orders_stream(voucher),
+    ] {
+        let ttl: i64 = conn.ttl(&key).unwrap();
+        assert!((1..=120).contains(&ttl), "{key}: ttl {ttl}");
+    }
+    assert!(
+        !state
+            .render_metrics()
+            .contains(&format!("voucher=\"{voucher}\"")),
+        "the drained voucher's series are gone"
+    );
+    // After the sale: 403 ended, even once the keys are gone.
+    let _: () = redis::cmd("DEL")
+        .arg(keys::sale_keys(voucher, 8))
+        .query(&mut conn)
+        .unwrap();
+    let (status, body) = h.buy(0, voucher, 999).await;
+    assert_eq!((status, body["error"].as_str()), (403, Some("ended")));
+    let (status, body) = health(&h).await;
+    assert_eq!(status, 200, "a drained sale without keys is fine: {body}");
+}
+
+fn connected_clients(conn: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_and_reseed_repair_redis() {
+    let h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher(50).await;
+    let run = h.sale(voucher, 1, 10, 5).await;
+    let accepted = accepted_ids(&run);
+    h.wait_written(voucher, &accepted, Duration::from_secs(10))
+        .await;
+    let state = h.servers[0].state().clone();
+    let mut conn = h.redis.connection().unwrap();
+    wait_until("the stream trimmed", Duration::from_secs(5), async || {
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap() == 0
+    })
+    .await;
+    let report = seckill::repair::reconcile(&state, voucher, false)
+        .await
+        .unwrap();
+    assert_eq!(report.difference, Some(0), "{report:?}");
+    // Redis drifts: 5 items too many.
+    let _: () = conn.set(keys::stock(voucher), 45).unwrap();
+    let report = seckill::repair::reconcile(&state, voucher, false)
+        .await
+        .unwrap();
+    assert_eq!(report.difference, Some(5), "{report:?}");
+    assert!(!report.fixed);
+    let report = seckill::repair::reconcile(&state, voucher, true)
+        .await
+        .unwrap();
+    assert!(report.fixed, "{report:?}");
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 40);
+
+    // Redis loses everything: the sale refuses and health says why.
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    let (status, _) = h.buy(0, voucher, 500).await;
+    assert_eq!(status, 503);
+    let (status, body) = health(&h).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["problems"].to_string().contains("seckill reseed"),
+        "{body}"
+    );
+    // Re-seeding is refused while state exists, so it cannot clobber a
+    // live sale by mistake; here it is gone.
+    let report = seckill::repair::reseed(&state, voucher, false)
+        .await
+        .unwrap();
+    assert_eq!((report.stock, report.buyers), (40, 10), "{report:?}");
+    assert!(seckill::repair::reseed(&state, voucher, false)
+        .await
+        .is_err());
+    let (status, body) = health(&h).await;
+    assert_eq!(status, 200, "{body}");
+    // Earlier buyers are still known; new ones buy from the right stock.
+    let (status, body) = h.buy(0, voucher, accepted_user(&run)).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("already_bought"))
+    );
+    let (status, body) = h.buy(0, voucher, 500).await;
+    assert_eq!(status, 201, "{body}");
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 39);
+}
+
+fn accepted_user(run: &seckill::demo::load::LoadRun) -> i64 {
+    run.samples
+        .iter()
+        .find(|s| matches!(s.outcome, seckill::demo::load::Outcome::Accepted(_)))
+        .map(|s| s.user_id)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_voucher_id_inherits_nothing() {
+    let mut h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher(10).await;
+    let (status, _) = h.buy(0, voucher, 5).await;
+    assert_eq!(status, 201);
+    let mut conn = h.redis.connection().unwrap();
+    // Leftovers of the old sale: an unwritten order and a dead letter.
+    let _: String = conn
+        .xadd(
+            keys::orders_stream(voucher),
+            "*",
+            &[
+                ("order_id", "77"),
+                ("user_id", "6"),
+                ("voucher_id", &voucher.to_string()),
+            ],
+        )
+        .unwrap();
+    let _: String = conn
+        .xadd(
+            keys::dead_letter_stream(voucher),
+            "*",
+            &[("order_id", "78")],
+        )
+        .unwrap();
+    h.servers.remove(0).shutdown().await;
+    // The database starts over; Redis keeps its data.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = format!("sqlite://{}?mode=rwc", dir.path().join("new.db").display());
+    h.add_instance_with(config(&h.redis.url(), &fresh, Strategy::Lua, "new"))
+        .await;
+    let again = h.create_voucher(10).await;
+    assert_eq!(again, voucher, "the id is reused");
+    assert_eq!(
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap(),
+        0
+    );
+    assert_eq!(
+        conn.xlen::<_, i64>(keys::dead_letter_stream(voucher))
+            .unwrap(),
+        0
+    );
+    let (status, body) = h.buy(0, voucher, 5).await;
+    assert_eq!(status, 201, "the old buyer set was inherited: {body}");
+    let db = h.servers[0].state().db().clone();
+    wait_until("the new order", Duration::from_secs(10), async || {
+        db.order_count(voucher).await.unwrap() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        db.order(77).await.unwrap().is_none(),
+        "an old entry was written"
+    );
+    drop(dir);
+}
