@@ -37,12 +37,17 @@ fn demo(strategies: &str, dir: &std::path::Path) -> Value {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("strategy"), "no table: {stdout}");
+    std::fs::write(dir.join("table.txt"), stdout.as_bytes()).unwrap();
     assert!(dir.join("seckill-demo.svg").exists());
     serde_json::from_str(&std::fs::read_to_string(dir.join("seckill-demo.json")).unwrap()).unwrap()
 }
 
 fn row<'a>(report: &'a Value, strategy: &str) -> &'a Value {
-    report["results"]
+    table_row(report, "results", strategy)
+}
+
+fn table_row<'a>(report: &'a Value, table: &str, strategy: &str) -> &'a Value {
+    report[table]
         .as_array()
         .unwrap()
         .iter()
@@ -69,15 +74,44 @@ fn the_demo_shows_oversell_and_its_fixes() {
         assert_eq!(r["refused_by_db_guard"], 0, "{strategy}: {r}");
         assert_eq!(r["duplicate_pairs"], 0, "{strategy}: {r}");
         assert_eq!(r["lost"], 0, "{strategy}: {r}");
+        // One user, many requests: exactly one order per buyer.
+        let d = table_row(&report, "duplicates", strategy);
+        assert_eq!(d["dup"], 0, "{strategy}: {d}");
+        assert_eq!(d["lost"], 0, "{strategy}: {d}");
+        assert_eq!(d["orders_in_db"], d["buyers"], "{strategy}: {d}");
+        assert_eq!(d["pass"], true, "{strategy}: {d}");
     }
+    // A consumer killed mid-sale loses nothing.
+    let k = &report["killed"];
+    assert_eq!(k["strategy"], "lua", "{report}");
+    assert_eq!(k["lost"], 0, "{k}");
+    assert!(k["accepted"].as_u64().unwrap() > 0, "{k}");
+    assert_eq!(k["pass"], true, "{k}");
+    let table = demo_table(dir.path());
+    assert!(table.contains("verdict"), "{table}");
+    assert!(table.contains("one user, many requests"), "{table}");
+    assert!(table.contains("consumer killed mid-sale"), "{table}");
     for strategy in ["unsafe", "local-mutex"] {
         let mut r = row(&report, strategy).clone();
+        let mut d = table_row(&report, "duplicates", strategy).clone();
         for _ in 0..2 {
-            if r["oversold"].as_u64().unwrap() > 0 {
+            if r["oversold"].as_u64().unwrap() > 0 && d["dup"].as_u64().unwrap() > 0 {
                 break;
             }
-            r = row(&demo(strategy, dir.path()), strategy).clone();
+            let again = demo(strategy, dir.path());
+            if r["oversold"].as_u64().unwrap() == 0 {
+                r = row(&again, strategy).clone();
+            }
+            if d["dup"].as_u64().unwrap() == 0 {
+                d = table_row(&again, "duplicates", strategy).clone();
+            }
         }
+        // The one-order-per-user race, in the database.
+        assert!(
+            d["dup"].as_u64().unwrap() > 0,
+            "{strategy} never sold twice to one buyer: {d}"
+        );
+        assert_eq!(d["pass"], false, "{d}");
         // The original experiment's phenomenon, in the database: more
         // orders than items, and the stock below zero by as much.
         let written = r["orders_in_db"].as_i64().unwrap();
@@ -87,4 +121,9 @@ fn the_demo_shows_oversell_and_its_fixes() {
         assert_eq!(r["duplicate_pairs"], 0, "{strategy}: {r}");
         assert_eq!(r["lost"], 0, "{strategy}: {r}");
     }
+}
+
+/// The table the last demo run printed.
+fn demo_table(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("table.txt")).unwrap()
 }

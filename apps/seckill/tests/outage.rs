@@ -36,6 +36,7 @@ async fn restart_mid_sale(strategy: Strategy) {
             voucher_id: voucher,
             first_user: 1000,
             buyers: 200,
+            requests_per_buyer: 1,
             concurrency: 4,
             time_limit: Duration::from_secs(30),
         };

@@ -59,13 +59,16 @@ pub struct LoadPlan {
     pub first_user: i64,
     /// How many distinct buyers.
     pub buyers: usize,
+    /// Concurrent requests each buyer sends (1: one purchase per buyer;
+    /// more: the one-order-per-user race).
+    pub requests_per_buyer: usize,
     /// Requests in flight at most.
     pub concurrency: usize,
     /// The whole run stops after this long; unanswered buyers time out.
     pub time_limit: Duration,
 }
 
-/// Runs the buyers; ticks `progress` once per answered buyer.
+/// Runs the buyers; ticks `progress` once per answer.
 pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(plan.concurrency)
@@ -76,8 +79,11 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + plan.time_limit;
     let mut tasks = JoinSet::new();
-    for i in 0..plan.buyers {
-        let user_id = plan.first_user + i as i64;
+    let per_buyer = plan.requests_per_buyer.max(1);
+    // A buyer's requests go out back to back (spread over the instances),
+    // so they race each other.
+    for i in 0..plan.buyers * per_buyer {
+        let user_id = plan.first_user + (i / per_buyer) as i64;
         let url = format!(
             "{}/vouchers/{}/orders",
             plan.instances[i % plan.instances.len()],
@@ -124,7 +130,7 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
             }
         });
     }
-    let mut samples = Vec::with_capacity(plan.buyers);
+    let mut samples = Vec::with_capacity(plan.buyers * per_buyer);
     while let Some(done) = tasks.join_next().await {
         if let Ok(sample) = done {
             samples.push(sample);

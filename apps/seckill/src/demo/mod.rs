@@ -23,7 +23,7 @@ use tokio::process::{Child, Command};
 use crate::config::Strategy;
 use crate::state::BoxError;
 use load::{LoadPlan, Outcome};
-use report::{Report, StrategyResult};
+use report::{DuplicateResult, KilledResult, Report, StrategyResult};
 
 /// What `seckill demo` runs.
 #[derive(Debug, Clone)]
@@ -89,6 +89,7 @@ impl Instance {
         database_url: &str,
         admin_token: &str,
         log: &std::path::Path,
+        extra: &[&str],
     ) -> Result<Instance, BoxError> {
         let exe = std::env::current_exe()?;
         let log_file = std::fs::File::create(log)?;
@@ -100,6 +101,7 @@ impl Instance {
             .args(["--strategy", strategy.as_str()])
             .args(["--admin-token", admin_token])
             .args(["--consumer-name", &format!("demo-{strategy}-{index}")])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -190,13 +192,23 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
     let admin_token = format!("demo-{}", std::process::id());
     let http = reqwest::Client::new();
     let mut results = Vec::new();
+    let mut duplicates = Vec::new();
     let mut balancer_used = String::new();
     for (index, &strategy) in options.strategies.iter().enumerate() {
         let mut instances = Vec::new();
         for i in 0..INSTANCES {
             let log = logs.join(format!("{strategy}-{i}.log"));
             instances.push(
-                Instance::spawn(strategy, i, &redis_url, &database_url, &admin_token, &log).await?,
+                Instance::spawn(
+                    strategy,
+                    i,
+                    &redis_url,
+                    &database_url,
+                    &admin_token,
+                    &log,
+                    &[],
+                )
+                .await?,
             );
         }
         let urls: Vec<String> = instances.iter().map(|i| i.url.clone()).collect();
@@ -220,12 +232,45 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
             &http,
         )
         .await;
+        let duplicate = match (&result, options.experiments) {
+            (Ok(_), true) => Some(
+                run_duplicates(
+                    &options,
+                    strategy,
+                    index,
+                    &urls,
+                    &targets,
+                    &admin_token,
+                    &http,
+                )
+                .await,
+            ),
+            _ => None,
+        };
         lb.stop().await;
         for instance in instances {
             instance.stop().await;
         }
         results.push(result?);
+        if let Some(d) = duplicate {
+            duplicates.push(d?);
+        }
     }
+    let killed = if options.experiments && options.strategies.contains(&Strategy::Lua) {
+        Some(
+            run_killed_consumer(
+                &options,
+                &redis_url,
+                &database_url,
+                &admin_token,
+                &http,
+                &logs,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let report = Report {
         balancer: balancer_used,
         instances: INSTANCES,
@@ -233,6 +278,8 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
         stock: options.stock,
         concurrency: options.concurrency,
         results,
+        duplicates,
+        killed,
     };
     let (json_path, svg_path) = report::write(&report, &options.results_dir)?;
     Ok((report, json_path, svg_path))
@@ -274,6 +321,231 @@ async fn written_orders(
     Ok((rows, unwritten))
 }
 
+/// Creates a voucher on sale from a second ago for an hour; its id.
+async fn create_voucher(
+    http: &reqwest::Client,
+    url: &str,
+    admin_token: &str,
+    title: &str,
+    stock: i64,
+) -> Result<i64, BoxError> {
+    let now = std::time::SystemTime::now();
+    let voucher: Value = http
+        .post(format!("{url}/vouchers"))
+        .bearer_auth(admin_token)
+        .json(&json!({
+            "title": title,
+            "stock": stock,
+            "begin": humantime::format_rfc3339_millis(now - Duration::from_secs(1)).to_string(),
+            "end": humantime::format_rfc3339_millis(now + Duration::from_secs(3600)).to_string(),
+        }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(voucher["id"].as_i64().ok_or("voucher without id")?)
+}
+
+/// Waits until every accepted order is written, or nothing is left in the
+/// stream and `settle` has passed (then what is missing is lost), at most
+/// `within`; returns the written orders as (order id, user id).
+async fn drain(
+    http: &reqwest::Client,
+    url: &str,
+    voucher_id: i64,
+    admin_token: &str,
+    accepted: &HashSet<i64>,
+    settle: Duration,
+    within: Duration,
+) -> Result<Vec<(i64, i64)>, BoxError> {
+    let started = Instant::now();
+    loop {
+        let (rows, unwritten) = written_orders(http, url, voucher_id, admin_token).await?;
+        let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
+        let all_there = accepted.iter().all(|id| written.contains(id));
+        let quiet = unwritten == 0 && started.elapsed() >= settle;
+        if all_there || quiet || started.elapsed() > within {
+            return Ok(rows);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The 201 order ids of a run.
+fn accepted_ids(run: &load::LoadRun) -> HashSet<i64> {
+    run.samples
+        .iter()
+        .filter_map(|s| match s.outcome {
+            Outcome::Accepted(id) => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Buyers for the one-order-per-user race, and requests each sends.
+const DUP_BUYERS: usize = 50;
+/// See [`DUP_BUYERS`].
+const DUP_REQUESTS_EACH: usize = 10;
+
+/// The one-order-per-user race on the running instances: each of
+/// [`DUP_BUYERS`] buyers sends [`DUP_REQUESTS_EACH`] purchases at once,
+/// with stock for all of them.
+async fn run_duplicates(
+    options: &DemoOptions,
+    strategy: Strategy,
+    index: usize,
+    urls: &[String],
+    targets: &[String],
+    admin_token: &str,
+    http: &reqwest::Client,
+) -> Result<DuplicateResult, BoxError> {
+    let title = format!("demo voucher ({strategy}, one user many requests)");
+    let voucher_id =
+        create_voucher(http, &urls[0], admin_token, &title, 2 * DUP_BUYERS as i64).await?;
+    let plan = LoadPlan {
+        instances: targets.to_vec(),
+        voucher_id,
+        first_user: (index as i64 + 1) * 1_000_000 + 500_000,
+        buyers: DUP_BUYERS,
+        requests_per_buyer: DUP_REQUESTS_EACH,
+        concurrency: options.concurrency,
+        time_limit: options.time_limit,
+    };
+    let run = load::run(&plan, &ProgressBar::hidden()).await;
+    let accepted = accepted_ids(&run);
+    let rows = drain(
+        http,
+        &urls[0],
+        voucher_id,
+        admin_token,
+        &accepted,
+        Duration::from_secs(1),
+        options.drain_timeout,
+    )
+    .await?;
+    let mut per_user: HashMap<i64, usize> = HashMap::new();
+    for (_, user) in &rows {
+        *per_user.entry(*user).or_default() += 1;
+    }
+    let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let dup = per_user.values().filter(|&&n| n > 1).count();
+    let lost = accepted.iter().filter(|id| !written.contains(id)).count();
+    Ok(DuplicateResult {
+        strategy,
+        buyers: DUP_BUYERS,
+        requests: run.samples.len(),
+        accepted: accepted.len(),
+        orders_in_db: rows.len(),
+        dup,
+        lost,
+        pass: dup == 0 && lost == 0,
+    })
+}
+
+/// A `lua` sale on two fresh instances, one of which is SIGKILLed (with
+/// its stream consumer) after 30% of the answers; the survivor claims
+/// what the dead consumer held (claim after 2 s idle).
+async fn run_killed_consumer(
+    options: &DemoOptions,
+    redis_url: &str,
+    database_url: &str,
+    admin_token: &str,
+    http: &reqwest::Client,
+    logs: &std::path::Path,
+) -> Result<KilledResult, BoxError> {
+    let strategy = Strategy::Lua;
+    let mut instances = Vec::new();
+    for i in 0..INSTANCES {
+        let log = logs.join(format!("{strategy}-killed-{i}.log"));
+        instances.push(
+            Instance::spawn(
+                strategy,
+                10 + i,
+                redis_url,
+                database_url,
+                admin_token,
+                &log,
+                &["--claim-min-idle", "2s"],
+            )
+            .await?,
+        );
+    }
+    let urls: Vec<String> = instances.iter().map(|i| i.url.clone()).collect();
+    let lb = balancer::Balancer::start(&urls, logs).await?;
+    let targets = lb.targets(&urls);
+    let outcome = async {
+        let voucher_id = create_voucher(
+            http,
+            &urls[0],
+            admin_token,
+            "demo voucher (lua, consumer killed)",
+            options.stock,
+        )
+        .await?;
+        let plan = LoadPlan {
+            instances: targets.clone(),
+            voucher_id,
+            first_user: 90_000_000,
+            buyers: options.buyers,
+            requests_per_buyer: 1,
+            concurrency: options.concurrency,
+            time_limit: options.time_limit,
+        };
+        let progress = ProgressBar::hidden();
+        progress.set_length(options.buyers as u64);
+        let load = {
+            let progress = progress.clone();
+            tokio::spawn(async move { load::run(&plan, &progress).await })
+        };
+        let kill_at = (options.buyers as u64 * 3 / 10).max(1);
+        let started = Instant::now();
+        while progress.position() < kill_at && started.elapsed() < options.time_limit {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let killed_after = progress.position();
+        let victim = &mut instances[1];
+        let _ = victim.child.start_kill();
+        let _ = victim.child.wait().await;
+        let run = load.await?;
+        let accepted = accepted_ids(&run);
+        // The claim needs the dead consumer's entries idle for 2 s.
+        let rows = drain(
+            http,
+            &urls[0],
+            voucher_id,
+            admin_token,
+            &accepted,
+            Duration::from_secs(4),
+            options.drain_timeout + Duration::from_secs(10),
+        )
+        .await?;
+        let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
+        let lost = accepted.iter().filter(|id| !written.contains(id)).count();
+        let errors = run
+            .samples
+            .iter()
+            .filter(|s| !matches!(s.outcome, Outcome::Accepted(_) | Outcome::Rejected(409, _)))
+            .count();
+        Ok::<_, BoxError>(KilledResult {
+            strategy,
+            buyers: options.buyers,
+            killed_after,
+            accepted: accepted.len(),
+            orders_in_db: rows.len(),
+            lost,
+            errors,
+            pass: lost == 0 && rows.len() as i64 <= options.stock,
+        })
+    }
+    .await;
+    lb.stop().await;
+    for instance in instances {
+        instance.stop().await;
+    }
+    outcome
+}
+
 async fn run_strategy(
     options: &DemoOptions,
     strategy: Strategy,
@@ -283,22 +555,14 @@ async fn run_strategy(
     admin_token: &str,
     http: &reqwest::Client,
 ) -> Result<StrategyResult, BoxError> {
-    let now = std::time::SystemTime::now();
-    let voucher: Value = http
-        .post(format!("{}/vouchers", urls[0]))
-        .bearer_auth(admin_token)
-        .json(&json!({
-            "title": format!("demo voucher ({strategy})"),
-            "stock": options.stock,
-            "begin": humantime::format_rfc3339_millis(now - Duration::from_secs(1)).to_string(),
-            "end": humantime::format_rfc3339_millis(now + Duration::from_secs(3600)).to_string(),
-        }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let voucher_id = voucher["id"].as_i64().ok_or("voucher without id")?;
+    let voucher_id = create_voucher(
+        http,
+        &urls[0],
+        admin_token,
+        &format!("demo voucher ({strategy})"),
+        options.stock,
+    )
+    .await?;
 
     let progress = if options.progress {
         let bar = ProgressBar::new(options.buyers as u64);
@@ -317,20 +581,14 @@ async fn run_strategy(
         voucher_id,
         first_user: (index as i64 + 1) * 1_000_000,
         buyers: options.buyers,
+        requests_per_buyer: 1,
         concurrency: options.concurrency,
         time_limit: options.time_limit,
     };
     let run = load::run(&plan, &progress).await;
     progress.set_message("draining");
 
-    let accepted: HashSet<i64> = run
-        .samples
-        .iter()
-        .filter_map(|s| match s.outcome {
-            Outcome::Accepted(id) => Some(id),
-            _ => None,
-        })
-        .collect();
+    let accepted = accepted_ids(&run);
     let count = |f: &dyn Fn(&Outcome) -> bool| run.samples.iter().filter(|s| f(&s.outcome)).count();
     let refused_by_db = count(&|o| matches!(o, Outcome::Rejected(409, code) if code == "oversold"));
     let sold_out = count(&|o| matches!(o, Outcome::Rejected(409, code) if code != "oversold"));
@@ -338,18 +596,16 @@ async fn run_strategy(
     let errors = run.samples.len() - accepted.len() - refused_by_db - sold_out - unavailable
         + (options.buyers - run.samples.len());
 
-    // Wait until every accepted order is written, or nothing is left in
-    // the stream (then what is missing is lost), bounded.
-    let drain_deadline = Instant::now() + options.drain_timeout;
-    let rows = loop {
-        let (rows, unwritten) = written_orders(http, &urls[0], voucher_id, admin_token).await?;
-        let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
-        let all_there = accepted.iter().all(|id| written.contains(id));
-        if all_there || unwritten == 0 || Instant::now() > drain_deadline {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let rows = drain(
+        http,
+        &urls[0],
+        voucher_id,
+        admin_token,
+        &accepted,
+        Duration::ZERO,
+        options.drain_timeout,
+    )
+    .await?;
     progress.finish_with_message("done");
 
     let mut per_user: HashMap<i64, usize> = HashMap::new();

@@ -62,6 +62,50 @@ impl StrategyResult {
     }
 }
 
+/// The one-order-per-user race: each buyer sends many purchases at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct DuplicateResult {
+    /// Which strategy both instances ran.
+    pub strategy: Strategy,
+    /// Distinct buyers.
+    pub buyers: usize,
+    /// Requests in all (`buyers` x requests per buyer).
+    pub requests: usize,
+    /// 201 answers.
+    pub accepted: usize,
+    /// Orders in the database after draining.
+    pub orders_in_db: usize,
+    /// Buyers with more than one order.
+    pub dup: usize,
+    /// Accepted orders never written.
+    pub lost: usize,
+    /// No duplicate and nothing lost.
+    pub pass: bool,
+}
+
+/// An instance killed (SIGKILL) in the middle of a `lua` sale, its consumer
+/// with it: the survivor must claim and write what the dead one held.
+#[derive(Debug, Clone, Serialize)]
+pub struct KilledResult {
+    /// Always `lua`: the strategy whose orders wait in a stream.
+    pub strategy: Strategy,
+    /// Buyers sent.
+    pub buyers: usize,
+    /// Answers received before the kill.
+    pub killed_after: u64,
+    /// 201 answers.
+    pub accepted: usize,
+    /// Orders in the database after draining.
+    pub orders_in_db: usize,
+    /// Accepted orders never written.
+    pub lost: usize,
+    /// Answers that were not 201 or 409: requests the balancer sent to the
+    /// killed instance (answered 502).
+    pub errors: usize,
+    /// Nothing lost, nothing oversold.
+    pub pass: bool,
+}
+
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -78,6 +122,20 @@ pub struct Report {
     pub concurrency: usize,
     /// One row per strategy.
     pub results: Vec<StrategyResult>,
+    /// The one-order-per-user race, per strategy (empty without
+    /// experiments).
+    pub duplicates: Vec<DuplicateResult>,
+    /// The killed-consumer experiment, when run.
+    pub killed: Option<KilledResult>,
+}
+
+/// `PASS` or `FAIL`.
+fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "PASS"
+    } else {
+        "FAIL"
+    }
 }
 
 /// The table printed at the end of the demo, with a legend, so it reads
@@ -91,7 +149,7 @@ pub fn table(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>5} {:>5} {:>7} {:>7} {:>7}",
+        "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7} {:>7} {:>7}  verdict",
         "strategy",
         "buyers",
         "201 ok",
@@ -100,6 +158,8 @@ pub fn table(report: &Report) -> String {
         "oversold",
         "dup",
         "lost",
+        "sold_out",
+        "errors",
         "req/s",
         "p50 ms",
         "p99 ms"
@@ -107,8 +167,8 @@ pub fn table(report: &Report) -> String {
     for r in &report.results {
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>5} {:>5} {:>7.0} {:>7.1} {:>7.1}",
-            r.strategy.as_str(),
+            "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7.0} {:>7.1} {:>7.1}  {}",
+            label(r.strategy),
             r.requests,
             r.accepted,
             r.orders_in_db,
@@ -116,18 +176,94 @@ pub fn table(report: &Report) -> String {
             r.oversold,
             r.duplicate_pairs,
             r.lost,
+            r.sold_out,
+            r.errors + r.unavailable,
             r.requests_per_sec,
             r.p50_ms,
-            r.p99_ms
+            r.p99_ms,
+            verdict(r.is_exact())
         );
     }
     let _ = writeln!(
         out,
         "in db = orders written; anything above {} is oversold, and db stock goes below zero by as much.\n\
-         dup = buyers with two orders; lost = answered 201 but never written.",
+         dup = buyers with two orders; lost = answered 201 but never written; sold_out = 409 answers;\n\
+         errors = 503s, time-outs and transport failures. PASS = exactly the stock sold, once per buyer,\n\
+         nothing lost (the racy strategies unsafe and local-mutex are expected to FAIL).\n\
+         lua* answers 201 before the database write: a stream consumer writes the order afterwards.",
         report.stock
     );
+    if !report.duplicates.is_empty() {
+        let d = &report.duplicates[0];
+        let _ = writeln!(
+            out,
+            "\none user, many requests: {} buyers, {} requests each, all at once",
+            d.buyers,
+            d.requests / d.buyers.max(1)
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4}  verdict",
+            "strategy", "requests", "201 ok", "in db", "dup", "lost"
+        );
+        for d in &report.duplicates {
+            let _ = writeln!(
+                out,
+                "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4}  {}",
+                label(d.strategy),
+                d.requests,
+                d.accepted,
+                d.orders_in_db,
+                d.dup,
+                d.lost,
+                verdict(d.pass)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "dup = buyers with more than one order: the racy strategies check \"already bought?\" and\n\
+             record the buyer in separate steps, so a buyer's concurrent requests pass the check together\n\
+             (local-mutex only across instances: each mutex covers its own instance's requests)."
+        );
+    }
+    if let Some(k) = &report.killed {
+        let _ = writeln!(
+            out,
+            "\nconsumer killed mid-sale: {} buyers; one of the two lua instances SIGKILLed after {} answers",
+            k.buyers, k.killed_after
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>6} {:>6} {:>4} {:>6}  verdict",
+            "strategy", "201 ok", "in db", "lost", "errors"
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>6} {:>6} {:>4} {:>6}  {}",
+            label(k.strategy),
+            k.accepted,
+            k.orders_in_db,
+            k.lost,
+            k.errors,
+            verdict(k.pass)
+        );
+        let _ = writeln!(
+            out,
+            "the survivor claims the dead consumer's unacknowledged orders and writes them: lost stays 0;\n\
+             errors are requests the balancer sent to the killed instance (answered 502)."
+        );
+    }
     out
+}
+
+/// A strategy's name in tables and charts; `lua*` marks the one that
+/// answers before the database write.
+pub fn label(strategy: Strategy) -> String {
+    if strategy == Strategy::Lua {
+        "lua*".to_owned()
+    } else {
+        strategy.as_str().to_owned()
+    }
 }
 
 /// Writes `seckill-demo.json` and `seckill-demo.svg` into `dir`; returns
@@ -170,11 +306,7 @@ pub fn chart(report: &Report) -> Result<String, Box<dyn std::error::Error + Send
             )
             .map_err(err)?;
         let (left, right) = root.split_horizontally(680);
-        let names: Vec<String> = report
-            .results
-            .iter()
-            .map(|r| r.strategy.as_str().to_owned())
-            .collect();
+        let names: Vec<String> = report.results.iter().map(|r| label(r.strategy)).collect();
         let n = names.len().max(1) as u32;
         // Segments 0..=last, one per strategy.
         let last = n - 1;
@@ -266,7 +398,10 @@ pub fn chart(report: &Report) -> Result<String, Box<dyn std::error::Error + Send
             .map(|r| r.requests_per_sec)
             .fold(1.0, f64::max);
         let mut speed = ChartBuilder::on(&right)
-            .caption("requests per second", ("sans-serif", 14))
+            .caption(
+                "requests per second (lua*: 201 before the database write)",
+                ("sans-serif", 14),
+            )
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(60)

@@ -154,6 +154,7 @@ impl Harness {
             voucher_id: voucher,
             first_user,
             buyers,
+            requests_per_buyer: 1,
             concurrency,
             time_limit: Duration::from_secs(60),
         };
