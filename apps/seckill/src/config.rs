@@ -256,3 +256,57 @@ pub fn default_consumer_name() -> String {
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("seckill-{host}-{}-{}", std::process::id(), &random[..8])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Config {
+        Config::new("redis://127.0.0.1:1", "sqlite::memory:", Strategy::Lua)
+    }
+
+    #[test]
+    fn the_defaults_fit_together() {
+        base().validate().unwrap();
+        assert!(base().purchase_budget() <= base().request_timeout);
+    }
+
+    #[test]
+    fn a_request_timeout_shorter_than_a_purchase_is_refused() {
+        let mut c = base();
+        c.lock_wait = Duration::from_secs(20);
+        c.lock_lease = Duration::from_secs(60);
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("request timeout"), "{e}");
+        assert!(e.contains("2 x lock wait"), "{e}");
+    }
+
+    #[test]
+    fn a_lease_shorter_than_the_per_user_hold_is_refused() {
+        let mut c = base();
+        c.lock_lease = Duration::from_secs(5);
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("lock lease"), "{e}");
+    }
+
+    #[test]
+    fn zero_durations_and_empty_names_are_refused() {
+        let mut c = base();
+        c.lock_wait = Duration::ZERO;
+        assert!(c.validate().unwrap_err().contains("lock wait"));
+        let mut c = base();
+        c.db.statement_timeout = Duration::ZERO;
+        assert!(c.validate().unwrap_err().contains("statement timeout"));
+        let mut c = base();
+        c.consumer_name = " ".into();
+        assert!(c.validate().unwrap_err().contains("consumer name"));
+    }
+
+    #[test]
+    fn default_consumer_names_are_unique_per_process_start() {
+        let a = default_consumer_name();
+        let b = default_consumer_name();
+        assert_ne!(a, b, "two instances with the same host and PID collide");
+        assert!(a.contains(&format!("-{}-", std::process::id())), "{a}");
+    }
+}

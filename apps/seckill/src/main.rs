@@ -40,7 +40,7 @@ enum Cmd {
         target: RepairArgs,
         /// Set the Redis counter to the reconciled value (pause the sale
         /// first: a running purchase shows as a difference of one).
-        #[arg(long)]
+        #[arg(long, env = "SECKILL_RECONCILE_FIX")]
         fix: bool,
     },
     /// Re-create a voucher's Redis state from the database after Redis lost
@@ -49,7 +49,7 @@ enum Cmd {
         #[command(flatten)]
         target: RepairArgs,
         /// Overwrite state that still exists.
-        #[arg(long)]
+        #[arg(long, env = "SECKILL_RESEED_FORCE")]
         force: bool,
     },
 }
@@ -313,4 +313,36 @@ async fn run_demo(args: DemoArgs) -> Result<(), seckill::state::BoxError> {
     print!("{}", demo::report::table(&report));
     println!("results: {} and {}", json.display(), svg.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// Containers are configured through the environment: every flag of
+    /// every subcommand has a variable.
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_env().is_none() {
+                    missing.push(format!("{} --{id}", sub.get_name()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "flags without env: {missing:?}");
+    }
 }
