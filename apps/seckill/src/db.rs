@@ -232,6 +232,21 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// True when a failed write may still have committed: the connection
+/// died or the protocol broke mid-flight, so the database may have
+/// received (and applied) the COMMIT without the reply reaching us. Errors
+/// the database answered with, and failures to get a connection at all,
+/// wrote nothing.
+pub fn may_have_committed(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
 /// The order database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Db {
@@ -267,6 +282,11 @@ impl Db {
                 Engine::Postgres => 16,
             })
             .acquire_timeout(limits.acquire_timeout)
+            // No ping before each use: a dead connection shows as the
+            // query's I/O error, which every writer handles (the pipeline
+            // and the purchases retry in doubt), and the round trip saved
+            // is one per statement.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if engine == Engine::Sqlite {

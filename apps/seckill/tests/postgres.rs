@@ -241,3 +241,77 @@ async fn orders_accepted_while_postgres_is_down_are_all_written_when_it_returns(
     assert_eq!(db.failed_count(voucher).await.unwrap(), 0, "none failed");
     assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 90);
 }
+
+/// A purchase that outlives the request timeout (the database stops
+/// answering mid-write) is answered 202 "outcome unknown" with where to
+/// look, not 503 "nothing accepted", and completes in the background once
+/// the database answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_past_its_deadline_answers_unknown_and_completes() {
+    let Some(bin) = bin_dir() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL server binaries; run scripts/setup ***\n");
+        return;
+    };
+    let pg = Postgres::start(&bin);
+    let proxy = locksmith_testkit::FaultProxy::start(&format!("127.0.0.1:{}", pg.port)).unwrap();
+    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
+    let mut h = Harness::start_with_db(Strategy::Lock, 0, Some(url.clone())).await;
+    let mut cfg = common::config(&h.redis.url(), &url, Strategy::Lock, "deadline");
+    cfg.lock_wait = Duration::from_secs(1);
+    cfg.lock_lease = Duration::from_secs(4);
+    cfg.db.acquire_timeout = Duration::from_secs(1);
+    cfg.db.statement_timeout = Duration::from_secs(1);
+    cfg.request_timeout = Duration::from_secs(9);
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher(10).await;
+
+    // The database's connection goes silent mid-purchase.
+    proxy.set_mode(locksmith_testkit::FaultMode::BlackHole);
+    let started = Instant::now();
+    let (status, body) = h.buy(0, voucher, 42).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["error"], "outcome_unknown", "{body}");
+    assert_eq!(
+        body["check"],
+        format!("/vouchers/{voucher}/orders/mine"),
+        "{body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(12), "answered late");
+
+    proxy.set_mode(locksmith_testkit::FaultMode::Pass);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mine: serde_json::Value = h
+            .http
+            .get(format!(
+                "{}/vouchers/{voucher}/orders/mine",
+                h.servers[0].url()
+            ))
+            .header("x-user-id", "42")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if mine["orders"][0]["status"] == "created" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the purchase never completed: {mine}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let db = h.servers[0].state().db().clone();
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 9);
+    let mut conn = h.redis.connection().unwrap();
+    let stock: i64 = redis::Commands::get(&mut conn, seckill::keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 9, "the item was taken once");
+    // Buying again is refused: the buyer has the order.
+    let (status, body) = h.buy(0, voucher, 42).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("already_bought"))
+    );
+}

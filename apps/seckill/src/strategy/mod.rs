@@ -28,7 +28,7 @@ mod optimistic;
 mod segmented;
 mod unsafe_rcw;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::Strategy;
 use crate::db::{now_ms, Order, StockGuard, Voucher, WriteOutcome};
@@ -182,75 +182,138 @@ async fn write_now(
             );
         }
     };
-    // A fresh id per attempt: after Redis lost its data, the day's
-    // sequence restarts and can hand out an id taken in the same second.
-    let mut attempts = 0;
-    let (order, outcome) = loop {
-        attempts += 1;
-        let id = match state.order_ids().next_id().await {
-            Ok(id) => id,
-            Err(e) => {
-                give_back().await;
-                return Err(e.into());
-            }
-        };
-        let order = Order {
-            id,
-            voucher_id: voucher.id,
-            user_id,
-        };
-        let started = Instant::now();
-        let outcome = state.db().write_order(&order, guard).await;
-        metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
-        match outcome {
-            Ok(WriteOutcome::IdTaken) if attempts < 5 => continue,
-            other => break (order, other),
+    let (order, outcome) = match write_resolved(state, voucher.id, user_id, guard).await {
+        Ok(written) => written,
+        Err(Unwritten::Surely(e)) => {
+            give_back().await;
+            return Err(e);
         }
+        // The item stays taken: the order may exist (see write_resolved).
+        Err(Unwritten::Unknown) => return Err(AppError::OutcomeUnknown(voucher.id)),
     };
-    let id = order.id;
     match outcome {
-        Ok(WriteOutcome::Created) | Ok(WriteOutcome::AlreadyWritten) => {
+        WriteOutcome::Created | WriteOutcome::AlreadyWritten => {
             metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
             Ok(Accepted {
-                order_id: id,
+                order_id: order.id,
                 pending: false,
             })
         }
-        Ok(WriteOutcome::DuplicateUser) => {
+        WriteOutcome::DuplicateUser => {
             give_back().await;
             Err(AppError::AlreadyBought)
         }
-        Ok(WriteOutcome::IdTaken) => {
+        WriteOutcome::IdTaken => {
             give_back().await;
             Err(AppError::Unavailable("no free order id".into()))
         }
-        Ok(WriteOutcome::StockExhausted) => {
+        WriteOutcome::StockExhausted => {
             state
                 .db()
                 .record_failed(&order, "database stock exhausted")
                 .await?;
             Err(AppError::Oversold)
         }
-        Err(e) if crate::db::is_transient(&e) => {
-            // The connection may have died after the commit went out: ask
-            // before giving the item back, or an order could exist whose
-            // item is sold again.
-            match state.db().order(id).await {
-                Ok(Some(_)) => Ok(Accepted {
-                    order_id: id,
-                    pending: false,
-                }),
-                Ok(None) => {
-                    give_back().await;
-                    Err(e.into())
-                }
-                Err(_) => Err(AppError::OutcomeUnknown(voucher.id)),
+    }
+}
+
+/// Why [`write_resolved`] wrote nothing.
+pub(crate) enum Unwritten {
+    /// Nothing was written, for sure (no connection, or the database
+    /// refused the statement): the error to answer with.
+    Surely(AppError),
+    /// An attempt may have committed and the database did not answer for
+    /// [`RESOLVE_LIMIT`]: the order may exist; reconcile will tell.
+    Unknown,
+}
+
+/// How long a purchase whose write may have committed keeps retrying it
+/// (in its own task, past the request's deadline) to learn the outcome.
+pub(crate) const RESOLVE_LIMIT: Duration = Duration::from_secs(600);
+
+/// Takes an order id and writes the order, until the outcome is known.
+///
+/// A write that fails before anything reaches the database (no pooled
+/// connection) or that the database answers with an error wrote nothing.
+/// A write cut off mid-flight (connection lost, client-side timeout) may
+/// have committed: then the same order is written again, which is
+/// idempotent per order id, until the database answers (at most
+/// [`RESOLVE_LIMIT`]), so the item is never given back for an order that
+/// exists and never kept for one that does not. A fresh id is taken only
+/// while no attempt is in doubt: after Redis lost its data, the day's
+/// sequence restarts and can hand out an id taken in the same second.
+pub(crate) async fn write_resolved(
+    state: &AppState,
+    voucher_id: i64,
+    user_id: i64,
+    guard: StockGuard,
+) -> Result<(Order, WriteOutcome), Unwritten> {
+    let limits = state.config().db;
+    let attempt_bound = limits.acquire_timeout + limits.statement_timeout + Duration::from_secs(1);
+    let started = Instant::now();
+    let mut in_doubt = false;
+    let mut fresh_ids = 0;
+    let mut backoff = Duration::from_millis(100);
+    let mut order: Option<Order> = None;
+    loop {
+        let current = match order {
+            Some(o) => o,
+            None => {
+                let id = state
+                    .order_ids()
+                    .next_id()
+                    .await
+                    .map_err(|e| Unwritten::Surely(e.into()))?;
+                fresh_ids += 1;
+                let o = Order {
+                    id,
+                    voucher_id,
+                    user_id,
+                };
+                order = Some(o);
+                o
+            }
+        };
+        let attempt = Instant::now();
+        let result =
+            tokio::time::timeout(attempt_bound, state.db().write_order(&current, guard)).await;
+        metrics::histogram!("seckill_db_write_seconds").record(attempt.elapsed().as_secs_f64());
+        match result {
+            Ok(Ok(WriteOutcome::IdTaken)) if !in_doubt && fresh_ids < 5 => {
+                order = None;
+                continue;
+            }
+            Ok(Ok(outcome)) => return Ok((current, outcome)),
+            Ok(Err(e)) if !in_doubt && !crate::db::may_have_committed(&e) => {
+                return Err(Unwritten::Surely(e.into()));
+            }
+            Ok(Err(e)) => {
+                in_doubt |= crate::db::may_have_committed(&e);
+                tracing::warn!(
+                    order_id = current.id,
+                    "order write in doubt ({e}); writing it again"
+                );
+            }
+            Err(_) => {
+                in_doubt = true;
+                tracing::warn!(
+                    order_id = current.id,
+                    "order write timed out; writing it again"
+                );
             }
         }
-        Err(e) => {
-            give_back().await;
-            Err(e.into())
+        if started.elapsed() >= RESOLVE_LIMIT {
+            metrics::counter!("seckill_purchase_unresolved_total").increment(1);
+            tracing::error!(
+                order_id = current.id,
+                user_id,
+                voucher_id,
+                "order write still in doubt after {RESOLVE_LIMIT:?}; run `seckill reconcile`"
+            );
+            return Err(Unwritten::Unknown);
         }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 

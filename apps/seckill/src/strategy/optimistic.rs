@@ -11,21 +11,19 @@
 //! bought in between and must then be retried, `stock > 0` only fails when
 //! the stock is really gone, so a failure is final: 409 `sold_out`. A
 //! database error answers 503 with nothing written (the transaction rolls
-//! back); the buyer may simply try again. Only an order-id collision (the
-//! id sequence restarted after Redis lost its data) is retried, with a
-//! fresh id, as in every synchronous strategy.
+//! back); the buyer may simply try again. An order-id collision (the id
+//! sequence restarted after Redis lost its data) is retried with a fresh
+//! id, and a write cut off mid-flight is written again until its outcome
+//! is known, as in every synchronous strategy (see `write_resolved`).
 //!
 //! The cost: every buyer is a write transaction on one hot row, so the
 //! database serializes them; the read of the stock before it only spares
 //! the buyers after the sell-out that transaction.
 
 use super::{check_window, Accepted};
-use crate::db::{Order, StockGuard, Voucher, WriteOutcome};
+use crate::db::{StockGuard, Voucher, WriteOutcome};
 use crate::error::AppError;
 use crate::state::AppState;
-
-/// Order-id collisions tolerated before giving up (see the module docs).
-const ID_ATTEMPTS: u32 = 5;
 
 pub(super) async fn purchase(
     state: &AppState,
@@ -42,28 +40,22 @@ pub(super) async fn purchase(
     if current.stock <= 0 {
         return Err(AppError::SoldOut);
     }
-    for _ in 0..ID_ATTEMPTS {
-        let id = state.order_ids().next_id().await?;
-        let order = Order {
-            id,
-            voucher_id: voucher.id,
-            user_id,
+    let (order, outcome) =
+        match super::write_resolved(state, voucher.id, user_id, StockGuard::Enforce).await {
+            Ok(written) => written,
+            Err(super::Unwritten::Surely(e)) => return Err(e),
+            Err(super::Unwritten::Unknown) => return Err(AppError::OutcomeUnknown(voucher.id)),
         };
-        let started = std::time::Instant::now();
-        let outcome = state.db().write_order(&order, StockGuard::Enforce).await?;
-        metrics::histogram!("seckill_db_write_seconds").record(started.elapsed().as_secs_f64());
-        match outcome {
-            WriteOutcome::Created | WriteOutcome::AlreadyWritten => {
-                metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
-                return Ok(Accepted {
-                    order_id: id,
-                    pending: false,
-                });
-            }
-            WriteOutcome::DuplicateUser => return Err(AppError::AlreadyBought),
-            WriteOutcome::StockExhausted => return Err(AppError::SoldOut),
-            WriteOutcome::IdTaken => continue,
+    match outcome {
+        WriteOutcome::Created | WriteOutcome::AlreadyWritten => {
+            metrics::counter!("seckill_orders_written_total", "path" => "direct").increment(1);
+            Ok(Accepted {
+                order_id: order.id,
+                pending: false,
+            })
         }
+        WriteOutcome::DuplicateUser => Err(AppError::AlreadyBought),
+        WriteOutcome::StockExhausted => Err(AppError::SoldOut),
+        WriteOutcome::IdTaken => Err(AppError::Unavailable("no free order id".into())),
     }
-    Err(AppError::Unavailable("no free order id".into()))
 }
