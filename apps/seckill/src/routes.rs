@@ -247,29 +247,28 @@ async fn voucher_orders(
     // The stream holds exactly the accepted orders not yet written; -1
     // when Redis does not answer.
     let mut conn = state.redis();
-    let backlog: redis::RedisResult<(i64, Vec<redis::Value>, i64)> = redis::pipe()
+    let lengths: redis::RedisResult<(i64, i64)> = redis::pipe()
         .cmd("XLEN")
         .arg(keys::orders_stream(id))
-        .cmd("XPENDING")
-        .arg(keys::orders_stream(id))
-        .arg(keys::ORDER_GROUP)
         .cmd("XLEN")
         .arg(keys::dead_letter_stream(id))
         .query_async(&mut conn)
         .await;
-    let (unwritten, pending, dead) = match backlog {
-        Ok((len, summary, dead)) => (
-            len,
-            summary
-                .first()
-                .and_then(|c| redis::from_redis_value_ref(c).ok())
-                .unwrap_or(0),
-            dead,
-        ),
-        // No group yet (no consumer ran): everything is undelivered.
-        Err(e) if e.code() == Some("NOGROUP") => (0, 0, 0),
-        Err(_) => (-1, -1, -1),
+    let pending: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XPENDING")
+        .arg(keys::orders_stream(id))
+        .arg(keys::ORDER_GROUP)
+        .query_async(&mut conn)
+        .await;
+    let pending = match pending {
+        Ok(summary) => summary
+            .first()
+            .and_then(|c| redis::from_redis_value_ref(c).ok())
+            .unwrap_or(0),
+        // No consumer has created the group yet: nothing is delivered.
+        Err(e) if e.code() == Some("NOGROUP") => 0,
+        Err(_) => -1,
     };
+    let (unwritten, dead) = lengths.unwrap_or((-1, -1));
     let list: Vec<Value> = orders
         .iter()
         .map(|o| json!({ "order_id": o.id.to_string(), "user_id": o.user_id }))
@@ -285,7 +284,7 @@ async fn voucher_orders(
         "failed": failed,
         "stream_unwritten": unwritten,
         "stream_pending": pending,
-        "stream_lag": if unwritten < 0 { -1 } else { unwritten - pending },
+        "stream_lag": if unwritten < 0 || pending < 0 { -1 } else { unwritten - pending },
         "dead_letters": dead,
         "drained": voucher.drained_ms.is_some(),
     })))
