@@ -157,6 +157,9 @@ pub enum WriteOutcome {
     /// too many through (or, for the `optimistic` strategy, whose gate this
     /// is, the item is sold out). Nothing was written.
     StockExhausted,
+    /// The order was given up on ([`Db::abandon_order`]) before this write
+    /// got to it: its item went back on sale. Nothing was written.
+    Abandoned,
 }
 
 /// How an order write decrements the database stock.
@@ -473,14 +476,65 @@ impl Db {
             tx.rollback().await?;
             return Ok(WriteOutcome::StockExhausted);
         }
-        // A dead-lettered order replayed by an operator: it is no longer
-        // failed once written.
-        sqlx::query("DELETE FROM failed_orders WHERE id = $1")
+        // The decrement holds the voucher row's lock, which
+        // `abandon_order` takes too: checked under it, an abandonment
+        // committed before is seen, and one not yet committed waits for
+        // this transaction (and then finds the order).
+        let abandoned = sqlx::query("SELECT 1 FROM failed_orders WHERE id = $1")
             .bind(order.id)
-            .execute(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await?;
+        if abandoned.is_some() {
+            tx.rollback().await?;
+            return Ok(WriteOutcome::Abandoned);
+        }
         tx.commit().await?;
         Ok(WriteOutcome::Created)
+    }
+
+    /// Gives up on an accepted order, for good, unless it is written: the
+    /// database decides between this and a write of the same order still
+    /// in flight (both take the voucher row's lock; see
+    /// [`Db::write_order`]). True when the order is now abandoned (its item
+    /// may go back on sale: no write of it will ever commit); false when it
+    /// is written.
+    pub async fn abandon_order(&self, order: &Order, reason: &str) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE vouchers SET stock = stock WHERE id = $1")
+            .bind(order.voucher_id)
+            .execute(&mut *tx)
+            .await?;
+        let written = sqlx::query("SELECT 1 FROM orders WHERE id = $1")
+            .bind(order.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if written.is_some() {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO failed_orders (id, voucher_id, user_id, reason, created_ms) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(order.id)
+        .bind(order.voucher_id)
+        .bind(order.user_id)
+        .bind(reason)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Lifts an abandonment before an operator replays the order (see
+    /// `seckill replay-dead-letters`), so its write may commit again.
+    pub async fn unabandon_order(&self, order_id: i64) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM failed_orders WHERE id = $1")
+            .bind(order_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Records an accepted order that will never be written, and why.

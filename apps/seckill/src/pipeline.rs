@@ -84,28 +84,62 @@ return n
 });
 
 /// Moves one entry to the dead-letter stream if, and only if, it is still
-/// pending (two consumers racing add it once), and gives a parsed order's
-/// item and buyer entry back to the sale.
+/// pending (two consumers racing add it once). With `give back`, the
+/// order's item and buyer entry return to the sale (only after the
+/// database abandoned the order: no write of it can commit any more);
+/// without, they stay taken (`held` = 1 in the dead letter) and a replay
+/// puts the order back as it is.
 ///
 /// KEYS[1] order stream, KEYS[2] dead-letter stream, KEYS[3] pending hash,
 /// KEYS[4] stock, KEYS[5] buyers (same hash tag)
 /// ARGV[1] group, ARGV[2] entry id, ARGV[3] deliveries, ARGV[4] consumer,
 /// ARGV[5] reason, ARGV[6] user id ('' for a malformed entry), ARGV[7]
-/// order id, ARGV[8..] the entry's field/value pairs
+/// order id, ARGV[8] give back ('1' or '0'), ARGV[9..] the entry's
+/// field/value pairs
 static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-local fields = {'original_id', ARGV[2], 'deliveries', ARGV[3], 'last_consumer', ARGV[4], 'reason', ARGV[5]}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+local held = '0'
+if ARGV[6] ~= '' and ARGV[8] ~= '1' then held = '1' end
+local fields = {'original_id', ARGV[2], 'deliveries', ARGV[3], 'last_consumer', ARGV[4], 'reason', ARGV[5], 'held', held}
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('XADD', KEYS[2], '*', unpack(fields))
 redis.call('XDEL', KEYS[1], ARGV[2])
-if ARGV[6] ~= '' then
+if ARGV[6] ~= '' and ARGV[8] == '1' then
   if redis.call('HGET', KEYS[3], ARGV[6]) == ARGV[7] then redis.call('HDEL', KEYS[3], ARGV[6]) end
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCR', KEYS[4]) end
   redis.call('SREM', KEYS[5], ARGV[6])
 end
 return 1
+",
+    )
+});
+
+/// Lets a drained sale's keys expire, only if its stream is still empty (a
+/// replay may have put orders back meanwhile).
+///
+/// KEYS[1] order stream, KEYS[2..] the other sale keys; ARGV[1] TTL seconds
+static EXPIRE_IF_EMPTY: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if redis.call('XLEN', KEYS[1]) > 0 then return 0 end
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+return 1
+",
+    )
+});
+
+/// Forgets a consumer only if it owns no pending entry at that moment (a
+/// restarted instance with the same name may have just read some).
+///
+/// KEYS[1] order stream; ARGV[1] group, ARGV[2] consumer
+static FORGET_CONSUMER: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local owned = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #owned > 0 then return -1 end
+return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 ",
     )
 });
@@ -251,6 +285,12 @@ impl Consumer {
             .redis_client()
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        // Shows in CLIENT LIST: which instance consumes which sale.
+        let _: () = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(format!("seckill-consumer:{}:{}", self.id(), self.name()))
+            .query_async(&mut conn)
+            .await?;
         self.create_group(&mut conn).await?;
         // Drain what this consumer name read before and never acknowledged.
         loop {
@@ -268,8 +308,7 @@ impl Consumer {
             if self.last_claim.elapsed() >= self.config.claim_interval {
                 self.maintain(&mut conn, shutdown).await?;
                 self.last_claim = Instant::now();
-                if self.drained(&mut conn).await? {
-                    self.finish(&mut conn).await?;
+                if self.drained(&mut conn).await? && self.finish(&mut conn).await? {
                     return Ok(Ended::Drained);
                 }
             }
@@ -307,34 +346,52 @@ impl Consumer {
         if now_ms < self.voucher.end_ms + DRAIN_MARGIN_MS {
             return Ok(false);
         }
-        let left: i64 = redis::cmd("XLEN")
+        // A sale whose Redis state is gone is not drained: its accepted
+        // orders may be lost, and health must keep saying so until an
+        // operator re-seeds it.
+        let (left, state): (i64, bool) = redis::pipe()
+            .cmd("XLEN")
             .arg(&self.stream)
+            .exists(keys::meta(self.id()))
             .query_async(conn)
             .await?;
-        Ok(left == 0)
+        Ok(left == 0 && state)
     }
 
-    /// Marks the voucher drained and lets its sale keys expire.
-    async fn finish(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
-        match self.state.db().mark_drained(self.id()).await {
-            Ok(_) => {}
-            Err(e) => {
-                // Not drained in the database: keep consuming (an instance
-                // restarted later must still see this voucher).
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "cannot mark the sale drained",
-                    e.to_string(),
-                )));
-            }
-        }
+    /// Marks the voucher drained and lets its sale keys expire; false (and
+    /// the mark undone) when orders came back into the stream meanwhile
+    /// (a dead-letter replay).
+    async fn finish(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<bool> {
+        let db_error = |e: sqlx::Error| {
+            redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "cannot mark the sale drained",
+                e.to_string(),
+            ))
+        };
+        // Not drained in the database on error: keep consuming (an instance
+        // restarted later must still see this voucher).
+        self.state
+            .db()
+            .mark_drained(self.id())
+            .await
+            .map_err(db_error)?;
         let ttl = self.state.config().finished_ttl.as_secs().max(1);
-        let mut pipe = redis::pipe();
-        for key in keys::sale_keys(self.id(), self.voucher.segments) {
-            pipe.cmd("EXPIRE").arg(key).arg(ttl).ignore();
+        let keys = keys::sale_keys(self.id(), self.voucher.segments);
+        let mut expire = EXPIRE_IF_EMPTY.key(&self.stream);
+        for key in keys.iter().filter(|k| **k != self.stream) {
+            expire.key(key);
         }
-        let () = pipe.query_async(conn).await?;
-        Ok(())
+        let expired: i64 = expire.arg(ttl).invoke_async(conn).await?;
+        if expired == 0 {
+            self.state
+                .db()
+                .mark_undrained(self.id())
+                .await
+                .map_err(db_error)?;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// XREADGROUP from `id` (`0` = own pending, `>` = new).
@@ -416,8 +473,16 @@ impl Consumer {
         let Some(order) = parse(entry, self.id()) else {
             tracing::warn!(voucher = self.id(), id = %entry.id, "malformed order entry; dead-lettered");
             metrics::counter!("seckill_pipeline_bad_entries_total").increment(1);
-            self.dead_letter(conn, &entry.id, 1, self.name(), "malformed entry", None)
-                .await?;
+            self.dead_letter(
+                conn,
+                &entry.id,
+                1,
+                self.name(),
+                "malformed entry",
+                None,
+                false,
+            )
+            .await?;
             return Ok(Handled::Moved);
         };
         let started = Instant::now();
@@ -430,7 +495,7 @@ impl Consumer {
             )
             .await;
             let problem = match write {
-                Ok(Ok(outcome)) => return Ok(self.settle(&order, outcome).await),
+                Ok(Ok(outcome)) => return self.settle(conn, &entry.id, &order, outcome).await,
                 Ok(Err(e)) if !is_transient(&e) => {
                     tracing::warn!(order_id = order.id, "cannot write order: {e}");
                     return Ok(Handled::Retry);
@@ -446,26 +511,29 @@ impl Consumer {
                         "database unavailable for {limit:?}: {problem}; dead-lettering"
                     );
                     let reason = format!("database unavailable for {limit:?}: {problem}");
-                    // Giving the item back is safe only if the order is
-                    // surely not written; a write that timed out may have
-                    // committed, so the dead-letter keeps the item then.
-                    let written = self.state.db().order(order.id).await;
-                    return Ok(match written {
-                        Ok(Some(_)) => Handled::Done(Some(order), 0),
-                        Ok(None) => {
-                            self.dead_letter(
-                                conn,
-                                &entry.id,
-                                1,
-                                self.name(),
-                                &reason,
-                                Some(&order),
-                            )
-                            .await?;
-                            Handled::Moved
+                    // A write in flight may still commit: only the
+                    // database can abandon the order, and while it cannot
+                    // answer, the dead letter keeps the item (`held`).
+                    let give_back = matches!(
+                        self.state.db().abandon_order(&order, &reason).await,
+                        Ok(true)
+                    );
+                    if !give_back {
+                        if let Ok(Some(_)) = self.state.db().order(order.id).await {
+                            return Ok(Handled::Done(Some(order), 0));
                         }
-                        Err(_) => Handled::Retry,
-                    });
+                    }
+                    self.dead_letter(
+                        conn,
+                        &entry.id,
+                        1,
+                        self.name(),
+                        &reason,
+                        Some(&order),
+                        give_back,
+                    )
+                    .await?;
+                    return Ok(Handled::Moved);
                 }
             }
             if started.elapsed() < Duration::from_millis(150) || backoff >= MAX_OUTAGE_BACKOFF {
@@ -498,7 +566,13 @@ impl Consumer {
     }
 
     /// What to do with an entry whose write came back with an answer.
-    async fn settle(&self, order: &Order, outcome: WriteOutcome) -> Handled {
+    async fn settle(
+        &self,
+        conn: &mut MultiplexedConnection,
+        id: &str,
+        order: &Order,
+        outcome: WriteOutcome,
+    ) -> redis::RedisResult<Handled> {
         // (label, failure reason, give-back mode)
         let (label, failure, mode) = match outcome {
             WriteOutcome::Created => ("created", None, 0),
@@ -514,16 +588,23 @@ impl Consumer {
             WriteOutcome::StockExhausted => {
                 ("stock_exhausted", Some("database stock exhausted"), 0)
             }
+            // Another consumer gave up on it first (and the database
+            // abandoned it): finish that consumer's dead-lettering.
+            WriteOutcome::Abandoned => {
+                self.dead_letter(conn, id, 1, self.name(), "abandoned", Some(order), true)
+                    .await?;
+                return Ok(Handled::Moved);
+            }
         };
         if let Some(reason) = failure {
             if let Err(e) = self.state.db().record_failed(order, reason).await {
                 tracing::warn!(order_id = order.id, "cannot record failed order: {e}");
-                return Handled::Retry;
+                return Ok(Handled::Retry);
             }
         }
         metrics::counter!("seckill_orders_written_total", "path" => "stream", "outcome" => label)
             .increment(1);
-        Handled::Done(Some(*order), mode)
+        Ok(Handled::Done(Some(*order), mode))
     }
 
     /// Dead-letters over-delivered entries, claims idle ones, and forgets
@@ -600,12 +681,11 @@ impl Consumer {
                 .unwrap_or(0);
             if let Some(name) = name {
                 if name != self.name() && pending == 0 && idle > forget_after {
-                    let _: i64 = redis::cmd("XGROUP")
-                        .arg("DELCONSUMER")
-                        .arg(&self.stream)
+                    let _: i64 = FORGET_CONSUMER
+                        .key(&self.stream)
                         .arg(keys::ORDER_GROUP)
                         .arg(&name)
-                        .query_async(conn)
+                        .invoke_async(conn)
                         .await?;
                 }
             }
@@ -629,21 +709,27 @@ impl Consumer {
         };
         let Some(order) = parse(&entry, self.id()) else {
             return self
-                .dead_letter(conn, id, deliveries, consumer, "malformed entry", None)
+                .dead_letter(
+                    conn,
+                    id,
+                    deliveries,
+                    consumer,
+                    "malformed entry",
+                    None,
+                    false,
+                )
                 .await;
         };
-        match self.state.db().order(order.id).await {
-            Ok(Some(_)) => {
-                self.ack_written(conn, id, &order).await?;
-            }
-            Ok(None) => {
-                let reason = format!("write refused {deliveries} times");
-                self.dead_letter(conn, id, deliveries, consumer, &reason, Some(&order))
+        let reason = format!("write refused {deliveries} times");
+        match self.state.db().abandon_order(&order, &reason).await {
+            Ok(false) => self.ack_written(conn, id, &order).await?,
+            Ok(true) => {
+                self.dead_letter(conn, id, deliveries, consumer, &reason, Some(&order), true)
                     .await?;
             }
             Err(e) => tracing::warn!(
                 order_id = order.id,
-                "cannot check order before dead-lettering: {e}"
+                "cannot abandon order before dead-lettering: {e}"
             ),
         }
         Ok(())
@@ -687,7 +773,11 @@ impl Consumer {
     }
 
     /// Moves an entry to the dead-letter stream, giving a parsed order's
-    /// item and buyer entry back, and records the order failed.
+    /// item and buyer entry back when `give_back` (the caller had the
+    /// database abandon the order first, which records it failed). Without
+    /// `give_back` the order stays pending for its buyer: its item is held
+    /// until a replay puts it back into the stream.
+    #[allow(clippy::too_many_arguments)]
     async fn dead_letter(
         &self,
         conn: &mut MultiplexedConnection,
@@ -696,8 +786,17 @@ impl Consumer {
         consumer: &str,
         reason: &str,
         order: Option<&Order>,
+        give_back: bool,
     ) -> redis::RedisResult<()> {
         let entry = self.entry(conn, id).await?;
+        // Marked first: a crash between the two leaves a harmless extra
+        // member (health checks the stream's length), never a dead letter
+        // that health does not look at.
+        let _: i64 = redis::cmd("SADD")
+            .arg(keys::DEAD_LETTERED)
+            .arg(self.id())
+            .query_async(conn)
+            .await?;
         let mut invocation = DEAD_LETTER.key(&self.stream);
         invocation
             .key(&self.dead)
@@ -713,6 +812,7 @@ impl Consumer {
             Some(o) => invocation.arg(o.user_id).arg(o.id),
             None => invocation.arg("").arg(""),
         };
+        invocation.arg(if give_back { "1" } else { "0" });
         if let Some(entry) = &entry {
             let mut fields: Vec<(&String, &redis::Value)> = entry.map.iter().collect();
             fields.sort_by(|a, b| a.0.cmp(b.0));
@@ -727,19 +827,10 @@ impl Consumer {
                 id,
                 deliveries,
                 reason,
+                give_back,
                 "order entry dead-lettered"
             );
             metrics::counter!("seckill_dead_letters_total").increment(1);
-            let _: i64 = redis::cmd("SADD")
-                .arg(keys::DEAD_LETTERED)
-                .arg(self.id())
-                .query_async(conn)
-                .await?;
-            if let Some(order) = order {
-                if let Err(e) = self.state.db().record_failed(order, reason).await {
-                    tracing::warn!(order_id = order.id, "cannot record failed order: {e}");
-                }
-            }
         }
         Ok(())
     }

@@ -22,14 +22,16 @@ use crate::keys;
 use crate::state::AppState;
 use crate::strategy::segment_shares;
 
-/// Puts one dead-lettered order back into the sale, if it still fits: the
-/// item and the buyer entry are taken again (they were given back when it
-/// was dead-lettered) and the order goes back into the stream. The
-/// dead-letter entry is removed unless the sale's state is gone.
+/// Puts one dead-lettered order back into the sale. An order whose item
+/// was given back when it was dead-lettered takes its item and buyer entry
+/// again, if they are still free; one dead-lettered while its item was
+/// still held (`held` = 1: the database could not be asked) goes back as
+/// it is. The dead-letter entry is removed unless the sale's state is gone.
 ///
 /// KEYS[1] stock, KEYS[2] buyers, KEYS[3] meta, KEYS[4] stream,
 /// KEYS[5] pending, KEYS[6] dead-letter stream
-/// ARGV[1] dead entry id, ARGV[2] user, ARGV[3] order id, ARGV[4] voucher
+/// ARGV[1] dead entry id, ARGV[2] user, ARGV[3] order id, ARGV[4] voucher,
+/// ARGV[5] held ('1' or '0')
 ///
 /// Returns 0 replayed, 1 sold out meanwhile, 2 the buyer bought again
 /// meanwhile, 5 the sale's Redis state is gone.
@@ -38,19 +40,43 @@ static REPLAY: LazyLock<redis::Script> = LazyLock::new(|| {
         r"
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[3]) == 0 then return 5 end
 local code = 0
-if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
-  code = 2
-elseif tonumber(redis.call('GET', KEYS[1])) <= 0 then
-  code = 1
-else
-  redis.call('DECR', KEYS[1])
-  redis.call('SADD', KEYS[2], ARGV[2])
+if ARGV[5] ~= '1' then
+  if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
+    code = 2
+  elseif tonumber(redis.call('GET', KEYS[1])) <= 0 then
+    code = 1
+  else
+    redis.call('DECR', KEYS[1])
+    redis.call('SADD', KEYS[2], ARGV[2])
+  end
+end
+if code == 0 then
   redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
   redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'voucher_id', ARGV[4])
   for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
 end
 redis.call('XDEL', KEYS[6], ARGV[1])
 return code
+",
+    )
+});
+
+/// Removes the dead letter of an order found written after all; if its
+/// item had been given back, takes the item and the buyer entry again.
+///
+/// KEYS[1] stock, KEYS[2] buyers, KEYS[3] pending, KEYS[4] dead-letter
+/// stream; ARGV[1] dead entry id, ARGV[2] user, ARGV[3] order id, ARGV[4]
+/// held ('1' or '0')
+static FORGET_WRITTEN: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if ARGV[4] ~= '1' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECR', KEYS[1]) end
+  redis.call('SADD', KEYS[2], ARGV[2])
+end
+if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[3] then redis.call('HDEL', KEYS[3], ARGV[2]) end
+redis.call('XDEL', KEYS[4], ARGV[1])
+return 1
 ",
     )
 });
@@ -210,11 +236,18 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
                     continue;
                 }
             };
+            let held = entry.get::<String>("held").as_deref() == Some("1");
             if state.db().order(order.id).await?.is_some() {
-                let _: i64 = redis::cmd("XDEL")
-                    .arg(&dead)
+                let _: i64 = FORGET_WRITTEN
+                    .key(keys::stock(v.id))
+                    .key(keys::buyers(v.id))
+                    .key(keys::pending(v.id))
+                    .key(&dead)
                     .arg(&entry.id)
-                    .query_async(&mut conn)
+                    .arg(order.user_id)
+                    .arg(order.id)
+                    .arg(if held { "1" } else { "0" })
+                    .invoke_async(&mut conn)
                     .await?;
                 report.already_written += 1;
                 continue;
@@ -223,6 +256,9 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
                 state.db().mark_undrained(v.id).await?;
                 undrained = true;
             }
+            // The abandonment is lifted first, or the pipeline's write
+            // would find it and abandon the order again.
+            state.db().unabandon_order(order.id).await?;
             let code: i64 = REPLAY
                 .key(keys::stock(v.id))
                 .key(keys::buyers(v.id))
@@ -234,15 +270,37 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
                 .arg(order.user_id)
                 .arg(order.id)
                 .arg(v.id)
+                .arg(if held { "1" } else { "0" })
                 .invoke_async(&mut conn)
                 .await?;
-            match code {
-                0 => report.replayed += 1,
-                1 => report.sold_out += 1,
-                2 => report.bought_again += 1,
-                _ => report.state_lost += 1,
+            let refused = match code {
+                0 => {
+                    report.replayed += 1;
+                    None
+                }
+                1 => {
+                    report.sold_out += 1;
+                    Some("replay refused: sold out")
+                }
+                2 => {
+                    report.bought_again += 1;
+                    Some("replay refused: the buyer bought again")
+                }
+                _ => {
+                    report.state_lost += 1;
+                    Some("replay refused: the sale's Redis state is gone")
+                }
+            };
+            if let Some(reason) = refused {
+                state.db().record_failed(&order, reason).await?;
             }
         }
+    }
+    // A consumer that drained the stream just before the first replay may
+    // have marked the sale drained again: undo that now that the orders
+    // are in.
+    if report.replayed > 0 {
+        state.db().mark_undrained(v.id).await?;
     }
     let left: i64 = redis::cmd("XLEN").arg(&dead).query_async(&mut conn).await?;
     if left == 0 {
@@ -293,27 +351,35 @@ pub async fn reconcile(
     voucher: i64,
     fix: bool,
 ) -> Result<ReconcileReport, AppError> {
-    let v = state
+    let known = state
         .db()
         .voucher(voucher)
         .await?
         .ok_or(AppError::NotFound("voucher"))?;
+    // Redis first, then the database: an order written in between shows on
+    // the database side only, which errs toward underselling, and its XDEL
+    // changes the stream length, which makes --fix refuse.
     let mut conn = state.redis();
     let stock_raw: Option<String> = redis::cmd("GET")
-        .arg(keys::stock(v.id))
+        .arg(keys::stock(known.id))
         .query_async(&mut conn)
         .await?;
     let unwritten: i64 = redis::cmd("XLEN")
-        .arg(keys::orders_stream(v.id))
+        .arg(keys::orders_stream(known.id))
         .query_async(&mut conn)
         .await?;
-    let segment_keys: Vec<String> = (0..v.segments)
-        .map(|s| keys::segment_stock(v.id, s))
+    let segment_keys: Vec<String> = (0..known.segments)
+        .map(|s| keys::segment_stock(known.id, s))
         .collect();
     let segments: Vec<Option<i64>> = redis::cmd("MGET")
         .arg(&segment_keys)
         .query_async(&mut conn)
         .await?;
+    let v = state
+        .db()
+        .voucher(voucher)
+        .await?
+        .ok_or(AppError::NotFound("voucher"))?;
     let redis_stock = stock_raw.as_deref().and_then(|s| s.parse::<i64>().ok());
     let expected = v.stock - unwritten;
     let mut fixed = false;
@@ -373,11 +439,14 @@ pub struct ReseedReport {
 }
 
 /// Re-creates a voucher's Redis state from the database after Redis lost
-/// its data: window, stock = the database's stock, segments, and the buyer
-/// set from the written orders. Orders that were accepted but not yet
-/// written when Redis lost its data are gone with the stream (the database
-/// never took their items, so they are on sale again, and their buyers may
-/// buy again). Refused while the state exists, unless `force`.
+/// its data: window, stock = the database's stock minus the orders still in
+/// the stream, segments, and the buyer set from the written orders and the
+/// pending ones. The stream and the pending hash are kept (with `force` on
+/// a partly lost state, nothing accepted is dropped). Orders that were
+/// accepted but not yet written when Redis lost its stream are gone with it
+/// (the database never took their items, so they are on sale again, and
+/// their buyers may buy again). Refused while the state exists, unless
+/// `force`.
 ///
 /// # Errors
 /// The voucher still has Redis state (without `force`), is unknown, or
@@ -400,11 +469,32 @@ pub async fn reseed(state: &AppState, voucher: i64, force: bool) -> Result<Resee
             v.id
         )));
     }
-    let buyers = state.db().buyers_of(v.id).await?;
-    let stock = v.stock.max(0);
+    // Orders accepted but not yet written stay: the stream and the pending
+    // hash are kept, their items stay taken and their buyers stay known.
+    // Redis is read before the database (see `reconcile`).
+    let unwritten: i64 = redis::cmd("XLEN")
+        .arg(keys::orders_stream(v.id))
+        .query_async(&mut conn)
+        .await?;
+    let pending_buyers: Vec<i64> = redis::cmd("HKEYS")
+        .arg(keys::pending(v.id))
+        .query_async(&mut conn)
+        .await?;
+    let current = state
+        .db()
+        .voucher(v.id)
+        .await?
+        .ok_or(AppError::NotFound("voucher"))?;
+    let mut buyers = state.db().buyers_of(v.id).await?;
+    buyers.extend(pending_buyers);
+    buyers.sort_unstable();
+    buyers.dedup();
+    let stock = (current.stock - unwritten).max(0);
+    let mut wipe = vec![keys::stock(v.id), keys::buyers(v.id), keys::meta(v.id)];
+    wipe.extend((0..v.segments).map(|s| keys::segment_stock(v.id, s)));
     let mut pipe = redis::pipe();
     pipe.atomic()
-        .del(keys::sale_keys(v.id, v.segments))
+        .del(wipe)
         .ignore()
         .hset_multiple(
             keys::meta(v.id),

@@ -345,8 +345,9 @@ async fn buy(
         let id = parse_id(&id, "voucher")?;
         let voucher = state.voucher(id).await?;
         let task_state = state.clone();
-        let purchase =
-            tokio::spawn(async move { strategy::purchase(&task_state, &voucher, user).await });
+        let purchase = state
+            .purchases()
+            .spawn(async move { strategy::purchase(&task_state, &voucher, user).await });
         match tokio::time::timeout(deadline, purchase).await {
             Ok(Ok(result)) => result,
             Ok(Err(panicked)) => Err(AppError::Internal(format!("purchase task: {panicked}"))),

@@ -80,26 +80,29 @@ impl Server {
         &self.state
     }
 
-    /// Stops accepting requests, lets running ones finish, stops the
-    /// pipeline after its current batch, and closes the database pool.
-    /// Bounded: whatever is still running after 10 s is aborted.
+    /// Stops accepting requests, lets running ones finish, waits for the
+    /// purchases still running in their own tasks (a purchase between its
+    /// stock step and its order write must complete), stops the pipeline
+    /// after its current batch, and closes the database pool. Bounded: the
+    /// request timeout plus 10 s, then whatever still runs is aborted.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();
         let http = self.http.take();
         let pipeline = self.pipeline.take();
+        let purchases = self.state.purchases().clone();
+        purchases.close();
         let wait = async {
             if let Some(h) = http {
                 let _ = h.await;
             }
+            purchases.wait().await;
             if let Some(p) = pipeline {
                 let _ = p.await;
             }
         };
-        if tokio::time::timeout(Duration::from_secs(10), wait)
-            .await
-            .is_err()
-        {
-            tracing::warn!("shutdown took longer than 10 s; aborting");
+        let bound = self.state.config().request_timeout + Duration::from_secs(10);
+        if tokio::time::timeout(bound, wait).await.is_err() {
+            tracing::warn!("shutdown took longer than {bound:?}; aborting");
         }
         self.state.db().close().await;
     }

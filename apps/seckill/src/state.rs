@@ -52,6 +52,9 @@ struct Inner {
     local_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Renders `/metrics`.
     metrics: PrometheusHandle,
+    /// Purchases running in their own tasks (they outlive a dropped
+    /// request); shutdown waits for them.
+    purchases: tokio_util::task::TaskTracker,
     /// Vouchers whose consumers stopped (sale drained): their per-voucher
     /// series are left out of `/metrics`. The `metrics` facade cannot
     /// unregister a series, so they are filtered at render time.
@@ -103,8 +106,15 @@ impl AppState {
                 local_locks: Mutex::new(HashMap::new()),
                 metrics: metrics_handle(),
                 retired: Mutex::new(HashSet::new()),
+                purchases: tokio_util::task::TaskTracker::new(),
             }),
         })
+    }
+
+    /// The purchases in flight, each in a task of its own; shutdown closes
+    /// the tracker and waits for them.
+    pub fn purchases(&self) -> &tokio_util::task::TaskTracker {
+        &self.inner.purchases
     }
 
     /// The settings.

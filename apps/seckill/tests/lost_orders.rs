@@ -107,7 +107,7 @@ async fn a_database_outage_longer_than_the_dead_letter_window_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_outage_limit_orders_are_dead_lettered_with_their_stock_and_replayed() {
+async fn past_the_outage_limit_orders_are_dead_lettered_holding_their_items_and_replayed() {
     let h = outage_harness(Some(Duration::from_secs(1))).await;
     let voucher = h.create_voucher(100).await;
     let state = h.servers[0].state().clone();
@@ -122,11 +122,15 @@ async fn past_the_outage_limit_orders_are_dead_lettered_with_their_stock_and_rep
             == 5
     })
     .await;
-    // Each gave its item and its buyer entry back.
+    // The database could not abandon them (a write in flight might still
+    // commit), so the items stay taken and the buyers known.
     let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
-    assert_eq!(stock, 100, "stock given back");
+    assert_eq!(
+        stock, 95,
+        "an item was given back without the database's word"
+    );
     let buyers: i64 = conn.scard(keys::buyers(voucher)).unwrap();
-    assert_eq!(buyers, 0, "buyer entries given back");
+    assert_eq!(buyers, 5);
     assert_eq!(
         conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap(),
         0
@@ -156,7 +160,6 @@ async fn past_the_outage_limit_orders_are_dead_lettered_with_their_stock_and_rep
         state.db().voucher(voucher).await.unwrap().unwrap().stock,
         95
     );
-    // Written orders are no longer failed.
     for id in &accepted {
         assert!(state.db().failed_order(*id).await.unwrap().is_none());
     }
@@ -164,6 +167,109 @@ async fn past_the_outage_limit_orders_are_dead_lettered_with_their_stock_and_rep
         health(&h).await.0 == 200
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_the_database_refuses_is_abandoned_its_item_given_back_and_replayed() {
+    let h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher(10).await;
+    let state = h.servers[0].state().clone();
+    // The database refuses user 13's order (not an outage: a constraint).
+    let mut admin = sqlx::sqlite::SqliteConnection::connect(&h.database_url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_13 BEFORE INSERT ON orders WHEN NEW.user_id = 13 \
+         BEGIN SELECT RAISE(ABORT, 'user 13 is refused'); END",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let (status, body) = h.buy(0, voucher, 13).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = h.buy(0, voucher, 14).await;
+    assert_eq!(status, 201);
+    let mut conn = h.redis.connection().unwrap();
+    wait_until("the dead letter", Duration::from_secs(20), async || {
+        conn.xlen::<_, i64>(keys::dead_letter_stream(voucher))
+            .unwrap()
+            == 1
+    })
+    .await;
+    // Abandoned by the database, so its item and buyer entry came back.
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 9, "user 14's item only");
+    let is_buyer: bool = conn.sismember(keys::buyers(voucher), 13).unwrap();
+    assert!(!is_buyer);
+    let mine: Value = h
+        .http
+        .get(format!(
+            "{}/vouchers/{voucher}/orders/mine",
+            h.servers[0].url()
+        ))
+        .header("x-user-id", "13")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["orders"][0]["status"], "failed", "{mine}");
+    // The cause is fixed; the replay puts the order back and it is written.
+    sqlx::query("DROP TRIGGER refuse_13")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let report = seckill::repair::replay_dead_letters(&state, voucher)
+        .await
+        .unwrap();
+    assert_eq!(report.replayed, 1, "{report:?}");
+    let db = state.db().clone();
+    wait_until("user 13's order", Duration::from_secs(10), async || {
+        db.orders_of_user(voucher, 13).await.unwrap().len() == 1
+    })
+    .await;
+    let stock: i64 = conn.get(keys::stock(voucher)).unwrap();
+    assert_eq!(stock, 8);
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_decides_between_abandoning_and_writing_an_order() {
+    let h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher(10).await;
+    let db = h.servers[0].state().db().clone();
+    let order = |id, user_id| seckill::db::Order {
+        id,
+        voucher_id: voucher,
+        user_id,
+    };
+    use seckill::db::{StockGuard, WriteOutcome};
+    // Written first: the abandonment is refused.
+    assert_eq!(
+        db.write_order(&order(1001, 1), StockGuard::Enforce)
+            .await
+            .unwrap(),
+        WriteOutcome::Created
+    );
+    assert!(!db.abandon_order(&order(1001, 1), "test").await.unwrap());
+    // Abandoned first: a late write is refused, and takes no stock.
+    assert!(db.abandon_order(&order(1002, 2), "test").await.unwrap());
+    assert_eq!(
+        db.write_order(&order(1002, 2), StockGuard::Enforce)
+            .await
+            .unwrap(),
+        WriteOutcome::Abandoned
+    );
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 9);
+    // Lifted (a replay): the write goes through.
+    db.unabandon_order(1002).await.unwrap();
+    assert_eq!(
+        db.write_order(&order(1002, 2), StockGuard::Enforce)
+            .await
+            .unwrap(),
+        WriteOutcome::Created
+    );
 }
 
 /// When the request is dropped, per buyer, from 0 to 20 ms, spread by the
@@ -304,7 +410,8 @@ async fn a_finished_sale_is_drained_trimmed_and_expires() {
         metrics_before.contains(&format!("voucher=\"{voucher}\"")),
         "{metrics_before}"
     );
-    let clients_before: i64 = connected_clients(&mut conn);
+    let consumer = format!("seckill-consumer:{voucher}:drain-0");
+    assert!(client_names(&mut conn).contains(&consumer), "{consumer}");
     // The sale ends; the consumer stops and marks the voucher drained.
     wait_until("drained", Duration::from_secs(20), async || {
         state
@@ -320,7 +427,7 @@ async fn a_finished_sale_is_drained_trimmed_and_expires() {
     wait_until(
         "the consumer's connection closed",
         Duration::from_secs(5),
-        async || connected_clients(&mut conn) < clients_before,
+        async || !client_names(&mut conn).contains(&consumer),
     )
     .await;
     for key in [
@@ -349,12 +456,16 @@ async fn a_finished_sale_is_drained_trimmed_and_expires() {
     assert_eq!(status, 200, "a drained sale without keys is fine: {body}");
 }
 
-fn connected_clients(conn: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(conn).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
+/// The names of the connections Redis has open.
+fn client_names(conn: &mut redis::Connection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    list.lines()
+        .filter_map(|l| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("name="))
+                .map(str::to_owned)
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,4 +597,89 @@ async fn a_reused_voucher_id_inherits_nothing() {
         "an old entry was written"
     );
     drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_whose_redis_state_is_gone_is_never_called_drained() {
+    let h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher_until(10, Duration::from_secs(1)).await;
+    let mut conn = h.redis.connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // Past the end and the drain margin, with an empty (recreated) stream.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let db = h.servers[0].state().db().clone();
+    assert!(
+        db.voucher(voucher)
+            .await
+            .unwrap()
+            .unwrap()
+            .drained_ms
+            .is_none(),
+        "a sale that lost its state was marked drained"
+    );
+    let (status, body) = health(&h).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["problems"].to_string().contains("seckill reseed"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reseed_keeps_the_orders_still_in_the_stream() {
+    let mut h = Harness::start(Strategy::Lua, 1).await;
+    let voucher = h.create_voucher(10).await;
+    let state = h.servers[0].state().clone();
+    let (status, _) = h.buy(0, voucher, 1).await;
+    assert_eq!(status, 201);
+    h.wait_written(voucher, &[], Duration::from_secs(1)).await;
+    let db = state.db().clone();
+    wait_until("user 1's order", Duration::from_secs(10), async || {
+        db.order_count(voucher).await.unwrap() == 1
+    })
+    .await;
+    // No consumer runs; two accepted orders wait in the stream.
+    h.servers.remove(0).shutdown().await;
+    let mut conn = h.redis.connection().unwrap();
+    for (user, order) in [(2, 9002), (3, 9003)] {
+        let _: String = conn
+            .xadd(
+                keys::orders_stream(voucher),
+                "*",
+                &[
+                    ("order_id", order.to_string()),
+                    ("user_id", user.to_string()),
+                    ("voucher_id", voucher.to_string()),
+                ],
+            )
+            .unwrap();
+        let _: () = conn.hset(keys::pending(voucher), user, order).unwrap();
+    }
+    // Only the window hash was evicted. The operator's command connects
+    // on its own, as `seckill reseed` does.
+    let _: () = conn.del(keys::meta(voucher)).unwrap();
+    let state = seckill::AppState::connect(config(
+        &h.redis.url(),
+        &h.database_url,
+        Strategy::Lua,
+        "ops",
+    ))
+    .await
+    .unwrap();
+    let report = seckill::repair::reseed(&state, voucher, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.stock, 7,
+        "10 - 1 written - 2 in the stream: {report:?}"
+    );
+    assert_eq!(report.buyers, 3, "{report:?}");
+    assert_eq!(
+        conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap(),
+        2
+    );
+    for user in 1..=3 {
+        let known: bool = conn.sismember(keys::buyers(voucher), user).unwrap();
+        assert!(known, "user {user}");
+    }
 }

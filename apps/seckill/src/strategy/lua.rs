@@ -75,7 +75,24 @@ pub(super) async fn purchase(
             })
         }
         1 => Err(AppError::SoldOut),
-        2 => Err(AppError::AlreadyBought),
+        // A client that resends a command after a dropped connection (the
+        // Cluster client does) can run the gate twice: the second run finds
+        // the first one's buyer. The pending hash says whose order it is.
+        2 => {
+            let recorded: Option<i64> = redis::cmd("HGET")
+                .arg(keys::pending(voucher.id))
+                .arg(user_id)
+                .query_async(&mut conn)
+                .await?;
+            if recorded == Some(id) {
+                Ok(Accepted {
+                    order_id: id,
+                    pending: true,
+                })
+            } else {
+                Err(AppError::AlreadyBought)
+            }
+        }
         3 => Err(AppError::NotStarted),
         4 => Err(AppError::Ended),
         // A finished sale's keys expire once its orders are written.

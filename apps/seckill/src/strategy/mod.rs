@@ -207,6 +207,12 @@ async fn write_now(
             give_back().await;
             Err(AppError::Unavailable("no free order id".into()))
         }
+        // Only the stream pipeline abandons orders; a synchronous write is
+        // never abandoned, but if it were, nothing was written.
+        WriteOutcome::Abandoned => {
+            give_back().await;
+            Err(AppError::Unavailable("the order was abandoned".into()))
+        }
         WriteOutcome::StockExhausted => {
             state
                 .db()

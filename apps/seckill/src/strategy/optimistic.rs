@@ -57,5 +57,6 @@ pub(super) async fn purchase(
         WriteOutcome::DuplicateUser => Err(AppError::AlreadyBought),
         WriteOutcome::StockExhausted => Err(AppError::SoldOut),
         WriteOutcome::IdTaken => Err(AppError::Unavailable("no free order id".into())),
+        WriteOutcome::Abandoned => Err(AppError::Unavailable("the order was abandoned".into())),
     }
 }
