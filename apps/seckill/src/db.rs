@@ -432,6 +432,28 @@ impl Db {
         order: &Order,
         guard: StockGuard,
     ) -> Result<WriteOutcome, sqlx::Error> {
+        self.write_order_checked(order, guard, false).await
+    }
+
+    /// [`Db::write_order`] for an order that may have been abandoned
+    /// ([`Db::abandon_order`]; the stream pipeline's orders): the write is
+    /// refused ([`WriteOutcome::Abandoned`]) if it was. The check costs one
+    /// statement under the voucher row lock, so writes that are never
+    /// abandoned (the synchronous strategies') skip it.
+    pub async fn write_abandonable_order(
+        &self,
+        order: &Order,
+        guard: StockGuard,
+    ) -> Result<WriteOutcome, sqlx::Error> {
+        self.write_order_checked(order, guard, true).await
+    }
+
+    async fn write_order_checked(
+        &self,
+        order: &Order,
+        guard: StockGuard,
+        may_be_abandoned: bool,
+    ) -> Result<WriteOutcome, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
             "INSERT INTO orders (id, voucher_id, user_id, created_ms, guarded) \
@@ -480,13 +502,19 @@ impl Db {
         // `abandon_order` takes too: checked under it, an abandonment
         // committed before is seen, and one not yet committed waits for
         // this transaction (and then finds the order).
-        let abandoned = sqlx::query("SELECT 1 FROM failed_orders WHERE id = $1")
+        if may_be_abandoned {
+            let abandoned = sqlx::query(
+                "SELECT 1 FROM failed_orders WHERE id = $1 AND voucher_id = $2 AND user_id = $3",
+            )
             .bind(order.id)
+            .bind(order.voucher_id)
+            .bind(order.user_id)
             .fetch_optional(&mut *tx)
             .await?;
-        if abandoned.is_some() {
-            tx.rollback().await?;
-            return Ok(WriteOutcome::Abandoned);
+            if abandoned.is_some() {
+                tx.rollback().await?;
+                return Ok(WriteOutcome::Abandoned);
+            }
         }
         tx.commit().await?;
         Ok(WriteOutcome::Created)
@@ -504,10 +532,16 @@ impl Db {
             .bind(order.voucher_id)
             .execute(&mut *tx)
             .await?;
-        let written = sqlx::query("SELECT 1 FROM orders WHERE id = $1")
-            .bind(order.id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        // Only this very order counts: another order with the same id (the
+        // id sequence restarted after Redis lost data) means this one can
+        // never be written under it.
+        let written =
+            sqlx::query("SELECT 1 FROM orders WHERE id = $1 AND voucher_id = $2 AND user_id = $3")
+                .bind(order.id)
+                .bind(order.voucher_id)
+                .bind(order.user_id)
+                .fetch_optional(&mut *tx)
+                .await?;
         if written.is_some() {
             tx.rollback().await?;
             return Ok(false);
@@ -529,12 +563,19 @@ impl Db {
 
     /// Lifts an abandonment before an operator replays the order (see
     /// `seckill replay-dead-letters`), so its write may commit again.
-    pub async fn unabandon_order(&self, order_id: i64) -> Result<(), sqlx::Error> {
-        sqlx::query("DELETE FROM failed_orders WHERE id = $1")
-            .bind(order_id)
+    pub async fn unabandon_order(&self, order: &Order) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM failed_orders WHERE id = $1 AND voucher_id = $2 AND user_id = $3")
+            .bind(order.id)
+            .bind(order.voucher_id)
+            .bind(order.user_id)
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// True when this very order (id, voucher and buyer) is written.
+    pub async fn is_written(&self, order: &Order) -> Result<bool, sqlx::Error> {
+        Ok(self.order(order.id).await?.as_ref() == Some(order))
     }
 
     /// Records an accepted order that will never be written, and why.

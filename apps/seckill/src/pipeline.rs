@@ -338,8 +338,11 @@ impl Consumer {
     }
 
     /// True once the sale has ended on the Redis server's clock (plus
-    /// [`DRAIN_MARGIN_MS`]) and the stream holds no entry: every accepted
-    /// order is written or dead-lettered.
+    /// [`DRAIN_MARGIN_MS`]), its stream holds no entry and its dead-letter
+    /// stream is empty: every accepted order is written or abandoned and
+    /// its dead letter dealt with. A dead letter keeps the sale (its keys,
+    /// its consumer, its health line) alive until an operator replays or
+    /// clears it.
     async fn drained(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<bool> {
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
         let now_ms = secs * 1000 + micros / 1000;
@@ -349,13 +352,15 @@ impl Consumer {
         // A sale whose Redis state is gone is not drained: its accepted
         // orders may be lost, and health must keep saying so until an
         // operator re-seeds it.
-        let (left, state): (i64, bool) = redis::pipe()
+        let (left, dead, state): (i64, i64, bool) = redis::pipe()
             .cmd("XLEN")
             .arg(&self.stream)
+            .cmd("XLEN")
+            .arg(&self.dead)
             .exists(keys::meta(self.id()))
             .query_async(conn)
             .await?;
-        Ok(left == 0 && state)
+        Ok(left == 0 && dead == 0 && state)
     }
 
     /// Marks the voucher drained and lets its sale keys expire; false (and
@@ -491,7 +496,9 @@ impl Consumer {
         loop {
             let write = tokio::time::timeout(
                 self.config.write_timeout,
-                self.state.db().write_order(&order, StockGuard::Enforce),
+                self.state
+                    .db()
+                    .write_abandonable_order(&order, StockGuard::Enforce),
             )
             .await;
             let problem = match write {
@@ -514,15 +521,17 @@ impl Consumer {
                     // A write in flight may still commit: only the
                     // database can abandon the order, and while it cannot
                     // answer, the dead letter keeps the item (`held`).
-                    let give_back = matches!(
-                        self.state.db().abandon_order(&order, &reason).await,
-                        Ok(true)
-                    );
-                    if !give_back {
-                        if let Ok(Some(_)) = self.state.db().order(order.id).await {
-                            return Ok(Handled::Done(Some(order), 0));
-                        }
+                    // Bounded like a write: the database may still hang.
+                    let abandoned = tokio::time::timeout(
+                        self.config.write_timeout,
+                        self.state.db().abandon_order(&order, &reason),
+                    )
+                    .await;
+                    if matches!(abandoned, Ok(Ok(false))) {
+                        // Written after all.
+                        return Ok(Handled::Done(Some(order), 0));
                     }
+                    let give_back = matches!(abandoned, Ok(Ok(true)));
                     self.dead_letter(
                         conn,
                         &entry.id,
@@ -721,7 +730,13 @@ impl Consumer {
                 .await;
         };
         let reason = format!("write refused {deliveries} times");
-        match self.state.db().abandon_order(&order, &reason).await {
+        let abandoned = tokio::time::timeout(
+            self.config.write_timeout,
+            self.state.db().abandon_order(&order, &reason),
+        )
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+        match abandoned {
             Ok(false) => self.ack_written(conn, id, &order).await?,
             Ok(true) => {
                 self.dead_letter(conn, id, deliveries, consumer, &reason, Some(&order), true)

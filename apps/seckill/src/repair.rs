@@ -7,10 +7,12 @@
 //!
 //! ```text
 //! stock in Redis = stock in the database - entries in the order stream
+//!                  - held dead letters
 //! ```
 //!
-//! (a dead-lettered order gave its item back to Redis and was never written,
-//! so it counts on neither side).
+//! An abandoned order gave its item back to Redis and was never written,
+//! so it counts on neither side; an order dead-lettered while the database
+//! could not be asked (`held`) still holds its item in Redis.
 
 use std::sync::LazyLock;
 
@@ -22,41 +24,56 @@ use crate::keys;
 use crate::state::AppState;
 use crate::strategy::segment_shares;
 
-/// Puts one dead-lettered order back into the sale. An order whose item
-/// was given back when it was dead-lettered takes its item and buyer entry
-/// again, if they are still free; one dead-lettered while its item was
-/// still held (`held` = 1: the database could not be asked) goes back as
-/// it is. The dead-letter entry is removed unless the sale's state is gone.
+/// First step of replaying one dead-lettered order: takes its item and
+/// buyer entry again, if they are still free (an order dead-lettered while
+/// its item was held, `held` = 1, already has them).
 ///
-/// KEYS[1] stock, KEYS[2] buyers, KEYS[3] meta, KEYS[4] stream,
-/// KEYS[5] pending, KEYS[6] dead-letter stream
-/// ARGV[1] dead entry id, ARGV[2] user, ARGV[3] order id, ARGV[4] voucher,
-/// ARGV[5] held ('1' or '0')
+/// KEYS[1] stock, KEYS[2] buyers, KEYS[3] meta; ARGV[1] user, ARGV[2] held
 ///
-/// Returns 0 replayed, 1 sold out meanwhile, 2 the buyer bought again
+/// Returns 0 reserved, 1 sold out meanwhile, 2 the buyer bought again
 /// meanwhile, 5 the sale's Redis state is gone.
-static REPLAY: LazyLock<redis::Script> = LazyLock::new(|| {
+static RESERVE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[3]) == 0 then return 5 end
-local code = 0
-if ARGV[5] ~= '1' then
-  if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
-    code = 2
-  elseif tonumber(redis.call('GET', KEYS[1])) <= 0 then
-    code = 1
-  else
-    redis.call('DECR', KEYS[1])
-    redis.call('SADD', KEYS[2], ARGV[2])
-  end
-end
-if code == 0 then
-  redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
-  redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'voucher_id', ARGV[4])
-  for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
-end
+if ARGV[2] == '1' then return 0 end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 2 end
+if tonumber(redis.call('GET', KEYS[1])) <= 0 then return 1 end
+redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 0
+",
+    )
+});
+
+/// Gives a reservation back (the replay could not go on).
+///
+/// KEYS[1] stock, KEYS[2] buyers; ARGV[1] user, ARGV[2] held
+static UNRESERVE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if ARGV[2] == '1' then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
+redis.call('SREM', KEYS[2], ARGV[1])
+return 1
+",
+    )
+});
+
+/// Last step of a replay: the order goes back into the stream (and the
+/// pending hash), the sale's keys stop expiring, the dead letter goes.
+///
+/// KEYS[1] stock, KEYS[2] buyers, KEYS[3] meta, KEYS[4] stream,
+/// KEYS[5] pending, KEYS[6] dead-letter stream
+/// ARGV[1] dead entry id, ARGV[2] user, ARGV[3] order id, ARGV[4] voucher
+static ENQUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
+redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'voucher_id', ARGV[4])
+for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
 redis.call('XDEL', KEYS[6], ARGV[1])
-return code
+return 1
 ",
     )
 });
@@ -70,8 +87,8 @@ return code
 static FORGET_WRITTEN: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
-if ARGV[4] ~= '1' then
-  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECR', KEYS[1]) end
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('DECR', KEYS[1])
   redis.call('SADD', KEYS[2], ARGV[2])
 end
 if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[3] then redis.call('HDEL', KEYS[3], ARGV[2]) end
@@ -84,13 +101,15 @@ return 1
 /// Sets the stock counter to the reconciled value, only if neither it nor
 /// the stream changed since they were read.
 ///
-/// KEYS[1] stock, KEYS[2] stream; ARGV[1] stock read, ARGV[2] stream length
-/// read, ARGV[3] the new stock
+/// KEYS[1] stock, KEYS[2] stream, KEYS[3] dead-letter stream; ARGV[1]
+/// stock read, ARGV[2] stream length read, ARGV[3] the new stock, ARGV[4]
+/// dead-letter stream length read
 static SET_STOCK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('XLEN', KEYS[2]) ~= tonumber(ARGV[2]) then return 0 end
+if redis.call('XLEN', KEYS[3]) ~= tonumber(ARGV[4]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[3])
 return 1
 ",
@@ -172,6 +191,45 @@ pub async fn problems(state: &AppState) -> Result<Vec<String>, AppError> {
     Ok(out)
 }
 
+/// The order a dead-letter entry carries, if it is one of `voucher`'s.
+fn dead_letter_order(entry: &redis::streams::StreamId, voucher: i64) -> Option<Order> {
+    let field = |name: &str| -> Option<i64> { entry.get::<String>(name)?.parse().ok() };
+    let order = Order {
+        id: field("order_id")?,
+        user_id: field("user_id")?,
+        voucher_id: field("voucher_id")?,
+    };
+    (order.id > 0 && order.user_id > 0 && order.voucher_id == voucher).then_some(order)
+}
+
+/// Orders dead-lettered while their items stayed taken (`held`) and not
+/// written since: like the stream's entries, they hold Redis stock the
+/// database has not taken.
+async fn held_unwritten(
+    state: &AppState,
+    conn: &mut locksmith::Connection,
+    voucher: i64,
+) -> Result<i64, AppError> {
+    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(keys::dead_letter_stream(voucher))
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await?;
+    let mut held = 0;
+    for entry in &dead.ids {
+        if entry.get::<String>("held").as_deref() != Some("1") {
+            continue;
+        }
+        if let Some(order) = dead_letter_order(entry, voucher) {
+            if !state.db().is_written(&order).await? {
+                held += 1;
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// What a dead-letter replay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReplayReport {
@@ -205,9 +263,6 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
     let mut conn = state.redis();
     let dead = keys::dead_letter_stream(v.id);
     let mut cursor = "-".to_owned();
-    // Consumers must run again for replayed entries (a drained voucher's
-    // consumers have stopped).
-    let mut undrained = false;
     loop {
         let page: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
             .arg(&dead)
@@ -220,24 +275,13 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
         let Some(last) = page.ids.last() else { break };
         cursor = format!("({}", last.id);
         for entry in &page.ids {
-            let field = |name: &str| -> Option<i64> { entry.get::<String>(name)?.parse().ok() };
-            let order = match (field("order_id"), field("user_id"), field("voucher_id")) {
-                (Some(id), Some(user_id), Some(voucher_id))
-                    if id > 0 && user_id > 0 && voucher_id == v.id =>
-                {
-                    Order {
-                        id,
-                        user_id,
-                        voucher_id,
-                    }
-                }
-                _ => {
-                    report.malformed += 1;
-                    continue;
-                }
+            let Some(order) = dead_letter_order(entry, v.id) else {
+                report.malformed += 1;
+                continue;
             };
             let held = entry.get::<String>("held").as_deref() == Some("1");
-            if state.db().order(order.id).await?.is_some() {
+            let held_arg = if held { "1" } else { "0" };
+            if state.db().is_written(&order).await? {
                 let _: i64 = FORGET_WRITTEN
                     .key(keys::stock(v.id))
                     .key(keys::buyers(v.id))
@@ -246,20 +290,52 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
                     .arg(&entry.id)
                     .arg(order.user_id)
                     .arg(order.id)
-                    .arg(if held { "1" } else { "0" })
+                    .arg(held_arg)
                     .invoke_async(&mut conn)
                     .await?;
                 report.already_written += 1;
                 continue;
             }
-            if !undrained && v.drained_ms.is_some() {
-                state.db().mark_undrained(v.id).await?;
-                undrained = true;
+            // 1. The item and buyer entry first, so that from the moment
+            //    the abandonment is lifted, a write of the order (a stale
+            //    one included) has its item.
+            let code: i64 = RESERVE
+                .key(keys::stock(v.id))
+                .key(keys::buyers(v.id))
+                .key(keys::meta(v.id))
+                .arg(order.user_id)
+                .arg(held_arg)
+                .invoke_async(&mut conn)
+                .await?;
+            match code {
+                0 => {}
+                1 => {
+                    report.sold_out += 1;
+                    continue;
+                }
+                2 => {
+                    report.bought_again += 1;
+                    continue;
+                }
+                _ => {
+                    report.state_lost += 1;
+                    continue;
+                }
             }
-            // The abandonment is lifted first, or the pipeline's write
-            // would find it and abandon the order again.
-            state.db().unabandon_order(order.id).await?;
-            let code: i64 = REPLAY
+            // 2. Lift the abandonment, or the pipeline's write would find
+            //    it and abandon the order again.
+            if let Err(e) = state.db().unabandon_order(&order).await {
+                let _: i64 = UNRESERVE
+                    .key(keys::stock(v.id))
+                    .key(keys::buyers(v.id))
+                    .arg(order.user_id)
+                    .arg(held_arg)
+                    .invoke_async(&mut conn)
+                    .await?;
+                return Err(e.into());
+            }
+            // 3. Back into the stream.
+            let _: i64 = ENQUEUE
                 .key(keys::stock(v.id))
                 .key(keys::buyers(v.id))
                 .key(keys::meta(v.id))
@@ -270,36 +346,13 @@ pub async fn replay_dead_letters(state: &AppState, voucher: i64) -> Result<Repla
                 .arg(order.user_id)
                 .arg(order.id)
                 .arg(v.id)
-                .arg(if held { "1" } else { "0" })
                 .invoke_async(&mut conn)
                 .await?;
-            let refused = match code {
-                0 => {
-                    report.replayed += 1;
-                    None
-                }
-                1 => {
-                    report.sold_out += 1;
-                    Some("replay refused: sold out")
-                }
-                2 => {
-                    report.bought_again += 1;
-                    Some("replay refused: the buyer bought again")
-                }
-                _ => {
-                    report.state_lost += 1;
-                    Some("replay refused: the sale's Redis state is gone")
-                }
-            };
-            if let Some(reason) = refused {
-                state.db().record_failed(&order, reason).await?;
-            }
+            report.replayed += 1;
         }
     }
-    // A consumer that drained the stream just before the first replay may
-    // have marked the sale drained again: undo that now that the orders
-    // are in.
-    if report.replayed > 0 {
+    // Orders are back in the stream: make sure consumers run for it.
+    if report.replayed > 0 && v.drained_ms.is_some() {
         state.db().mark_undrained(v.id).await?;
     }
     let left: i64 = redis::cmd("XLEN").arg(&dead).query_async(&mut conn).await?;
@@ -326,9 +379,11 @@ pub struct ReconcileReport {
     pub redis_segments_stock: Option<i64>,
     /// Accepted orders not yet written (the order stream's length).
     pub unwritten: i64,
+    /// Dead-lettered orders whose items are still held (not written).
+    pub held: i64,
     /// The database's stock.
     pub db_stock: i64,
-    /// What the single counter should hold: `db_stock - unwritten`.
+    /// What the single counter should hold: `db_stock - unwritten - held`.
     pub expected_redis_stock: i64,
     /// `redis_stock - expected_redis_stock`: positive means Redis would sell
     /// items the database no longer has.
@@ -375,13 +430,18 @@ pub async fn reconcile(
         .arg(&segment_keys)
         .query_async(&mut conn)
         .await?;
+    let dead_len: i64 = redis::cmd("XLEN")
+        .arg(keys::dead_letter_stream(known.id))
+        .query_async(&mut conn)
+        .await?;
+    let held = held_unwritten(state, &mut conn, known.id).await?;
     let v = state
         .db()
         .voucher(voucher)
         .await?
         .ok_or(AppError::NotFound("voucher"))?;
     let redis_stock = stock_raw.as_deref().and_then(|s| s.parse::<i64>().ok());
-    let expected = v.stock - unwritten;
+    let expected = v.stock - unwritten - held;
     let mut fixed = false;
     if fix {
         let Some(raw) = &stock_raw else {
@@ -394,9 +454,11 @@ pub async fn reconcile(
             let set: i64 = SET_STOCK
                 .key(keys::stock(v.id))
                 .key(keys::orders_stream(v.id))
+                .key(keys::dead_letter_stream(v.id))
                 .arg(raw)
                 .arg(unwritten)
                 .arg(expected)
+                .arg(dead_len)
                 .invoke_async(&mut conn)
                 .await?;
             if set == 0 {
@@ -414,6 +476,7 @@ pub async fn reconcile(
         redis_stock: if fixed { Some(expected) } else { redis_stock },
         redis_segments_stock: segments.iter().copied().sum(),
         unwritten,
+        held,
         db_stock: v.stock,
         expected_redis_stock: expected,
         difference: if fixed {
@@ -440,8 +503,8 @@ pub struct ReseedReport {
 
 /// Re-creates a voucher's Redis state from the database after Redis lost
 /// its data: window, stock = the database's stock minus the orders still in
-/// the stream, segments, and the buyer set from the written orders and the
-/// pending ones. The stream and the pending hash are kept (with `force` on
+/// the stream and the held dead letters, segments, and the buyer set from
+/// the written orders and the pending ones. The stream and the pending hash are kept (with `force` on
 /// a partly lost state, nothing accepted is dropped). Orders that were
 /// accepted but not yet written when Redis lost its stream are gone with it
 /// (the database never took their items, so they are on sale again, and
@@ -480,6 +543,7 @@ pub async fn reseed(state: &AppState, voucher: i64, force: bool) -> Result<Resee
         .arg(keys::pending(v.id))
         .query_async(&mut conn)
         .await?;
+    let held = held_unwritten(state, &mut conn, v.id).await?;
     let current = state
         .db()
         .voucher(v.id)
@@ -489,7 +553,7 @@ pub async fn reseed(state: &AppState, voucher: i64, force: bool) -> Result<Resee
     buyers.extend(pending_buyers);
     buyers.sort_unstable();
     buyers.dedup();
-    let stock = (current.stock - unwritten).max(0);
+    let stock = (current.stock - unwritten - held).max(0);
     let mut wipe = vec![keys::stock(v.id), keys::buyers(v.id), keys::meta(v.id)];
     wipe.extend((0..v.segments).map(|s| keys::segment_stock(v.id, s)));
     let mut pipe = redis::pipe();

@@ -256,16 +256,26 @@ async fn the_database_decides_between_abandoning_and_writing_an_order() {
     // Abandoned first: a late write is refused, and takes no stock.
     assert!(db.abandon_order(&order(1002, 2), "test").await.unwrap());
     assert_eq!(
-        db.write_order(&order(1002, 2), StockGuard::Enforce)
+        db.write_abandonable_order(&order(1002, 2), StockGuard::Enforce)
             .await
             .unwrap(),
         WriteOutcome::Abandoned
     );
+
     assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 9);
     // Lifted (a replay): the write goes through.
-    db.unabandon_order(1002).await.unwrap();
+    db.unabandon_order(&order(1002, 2)).await.unwrap();
     assert_eq!(
         db.write_order(&order(1002, 2), StockGuard::Enforce)
+            .await
+            .unwrap(),
+        WriteOutcome::Created
+    );
+    // Another order that happens to reuse an abandoned id (the sequence
+    // restarted) is not blocked by that abandonment.
+    assert!(db.abandon_order(&order(1003, 4), "test").await.unwrap());
+    assert_eq!(
+        db.write_abandonable_order(&order(1003, 5), StockGuard::Enforce)
             .await
             .unwrap(),
         WriteOutcome::Created

@@ -315,3 +315,81 @@ async fn a_purchase_past_its_deadline_answers_unknown_and_completes() {
         (409, Some("already_bought"))
     );
 }
+
+/// Abandoning an order and writing it race under PostgreSQL's READ
+/// COMMITTED: whichever takes the voucher row lock first wins, and the
+/// other sees it. Both are queued behind an outside lock on the row (the
+/// write's INSERT already done), then released together; in either order,
+/// exactly one of them wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writing_and_abandoning_an_order_exclude_each_other() {
+    use seckill::db::{Order, StockGuard, WriteOutcome};
+    use sqlx::Connection;
+    let Some(bin) = bin_dir() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL server binaries; run scripts/setup ***\n");
+        return;
+    };
+    let pg = Postgres::start(&bin);
+    let h = Harness::start_with_db(Strategy::Lua, 1, Some(pg.url())).await;
+    let voucher = h.create_voucher(10).await;
+    let db = h.servers[0].state().db().clone();
+    let mut stock = 10;
+    for (round, write_first) in [(1, false), (2, true), (3, false), (4, true)] {
+        let order = Order {
+            id: 5000 + round,
+            voucher_id: voucher,
+            user_id: round,
+        };
+        let mut holder = sqlx::postgres::PgConnection::connect(&pg.url())
+            .await
+            .unwrap();
+        sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::query("SELECT 1 FROM vouchers WHERE id = $1 FOR UPDATE")
+            .bind(voucher)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let spawn_write = || {
+            let db = db.clone();
+            tokio::spawn(async move {
+                db.write_abandonable_order(&order, StockGuard::Enforce)
+                    .await
+                    .unwrap()
+            })
+        };
+        let spawn_abandon = || {
+            let db = db.clone();
+            tokio::spawn(async move { db.abandon_order(&order, "test").await.unwrap() })
+        };
+        let settle = || tokio::time::sleep(Duration::from_millis(300));
+        let (write, abandon) = if write_first {
+            let w = spawn_write();
+            settle().await;
+            let a = spawn_abandon();
+            (w, a)
+        } else {
+            let a = spawn_abandon();
+            settle().await;
+            let w = spawn_write();
+            (w, a)
+        };
+        settle().await;
+        sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+        let (written, abandoned) = (write.await.unwrap(), abandon.await.unwrap());
+        let in_db = db.order(order.id).await.unwrap().is_some();
+        let failed = db.failed_order(order.id).await.unwrap().is_some();
+        match written {
+            WriteOutcome::Created => {
+                stock -= 1;
+                assert!(!abandoned, "round {round}: written and abandoned");
+                assert!(in_db && !failed, "round {round}");
+            }
+            WriteOutcome::Abandoned => {
+                assert!(abandoned, "round {round}: refused but not abandoned");
+                assert!(!in_db && failed, "round {round}");
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+        assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, stock);
+    }
+}

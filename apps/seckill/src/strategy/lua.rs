@@ -84,6 +84,10 @@ pub(super) async fn purchase(
                 .arg(user_id)
                 .query_async(&mut conn)
                 .await?;
+            // (If the pipeline already wrote that first run's order, the
+            // entry is gone and the buyer hears 409 already_bought, which
+            // is true: `/mine` shows the order. The database cannot be
+            // asked by id here: after Redis lost data, ids repeat.)
             if recorded == Some(id) {
                 Ok(Accepted {
                     order_id: id,
