@@ -521,6 +521,18 @@ impl Consumer {
                     // A write in flight may still commit: only the
                     // database can abandon the order, and while it cannot
                     // answer, the dead letter keeps the item (`held`).
+                    // One last write first: if the database has just come
+                    // back, the order is written rather than abandoned.
+                    let last = tokio::time::timeout(
+                        self.config.write_timeout,
+                        self.state
+                            .db()
+                            .write_abandonable_order(&order, StockGuard::Enforce),
+                    )
+                    .await;
+                    if let Ok(Ok(outcome)) = last {
+                        return self.settle(conn, &entry.id, &order, outcome).await;
+                    }
                     // Bounded like a write: the database may still hang.
                     let abandoned = tokio::time::timeout(
                         self.config.write_timeout,

@@ -444,7 +444,7 @@ async fn run_duplicates(
 }
 
 /// A `lua` sale on two fresh instances, one of which is SIGKILLed (with
-/// its stream consumer) after 30% of the answers; the survivor claims
+/// its stream consumer) after 10% of the answers; the survivor claims
 /// what the dead consumer held (claim after 2 s idle).
 async fn run_killed_consumer(
     options: &DemoOptions,
@@ -492,16 +492,61 @@ async fn run_killed_consumer(
             concurrency: options.concurrency,
             time_limit: options.time_limit,
         };
+        // Both consumers run before the first buyer (a new voucher is
+        // discovered within a second), so the victim's one is mid-work when
+        // it dies.
+        let mut redis = redis::Client::open(redis_url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let victim_consumer = format!("demo-{strategy}-11");
+        let waiting = Instant::now();
+        while waiting.elapsed() < Duration::from_secs(10) {
+            let consumers: redis::RedisResult<Vec<HashMap<String, redis::Value>>> =
+                redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(crate::keys::orders_stream(voucher_id))
+                    .arg(crate::keys::ORDER_GROUP)
+                    .query_async(&mut redis)
+                    .await;
+            let names: Vec<String> = consumers
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|c| redis::from_redis_value_ref(c.get("name")?).ok())
+                .collect();
+            if names.len() >= INSTANCES {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let progress = ProgressBar::hidden();
         progress.set_length(options.buyers as u64);
         let load = {
             let progress = progress.clone();
             tokio::spawn(async move { load::run(&plan, &progress).await })
         };
-        let kill_at = (options.buyers as u64 * 3 / 10).max(1);
+        // Early, while accepted orders are still flowing through the
+        // consumers (the sale sells out within the first third or so), and
+        // at a moment the victim's consumer holds entries it has read but
+        // not acknowledged: the case the claim exists for.
+        let kill_at = (options.buyers as u64 / 10).max(1);
         let started = Instant::now();
         while progress.position() < kill_at && started.elapsed() < options.time_limit {
             tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let watching = Instant::now();
+        while watching.elapsed() < Duration::from_secs(3) {
+            let held: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XPENDING")
+                .arg(crate::keys::orders_stream(voucher_id))
+                .arg(crate::keys::ORDER_GROUP)
+                .arg("-")
+                .arg("+")
+                .arg(1)
+                .arg(&victim_consumer)
+                .query_async(&mut redis)
+                .await;
+            if held.map(|h| !h.is_empty()).unwrap_or(false) {
+                break;
+            }
         }
         let killed_after = progress.position();
         let victim = &mut instances[1];
@@ -522,6 +567,17 @@ async fn run_killed_consumer(
         .await?;
         let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
         let lost = accepted.iter().filter(|id| !written.contains(id)).count();
+        let metrics = http
+            .get(format!("{}/metrics", urls[0]))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let claimed = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("seckill_pipeline_claimed_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0) as u64;
         let errors = run
             .samples
             .iter()
@@ -534,6 +590,7 @@ async fn run_killed_consumer(
             accepted: accepted.len(),
             orders_in_db: rows.len(),
             lost,
+            claimed,
             errors,
             pass: lost == 0 && rows.len() as i64 <= options.stock,
         })

@@ -99,6 +99,10 @@ pub struct KilledResult {
     pub orders_in_db: usize,
     /// Accepted orders never written.
     pub lost: usize,
+    /// Entries the survivor claimed from the dead consumer (its
+    /// `seckill_pipeline_claimed_total`): the orders the kill left
+    /// unacknowledged. 0 means the kill happened to find none in flight.
+    pub claimed: u64,
     /// Answers that were not 201 or 409: requests the balancer sent to the
     /// killed instance (answered 502).
     pub errors: usize,
@@ -234,22 +238,24 @@ pub fn table(report: &Report) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>6} {:>6} {:>4} {:>6}  verdict",
-            "strategy", "201 ok", "in db", "lost", "errors"
+            "{:<12} {:>6} {:>6} {:>4} {:>7} {:>6}  verdict",
+            "strategy", "201 ok", "in db", "lost", "claimed", "errors"
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>6} {:>6} {:>4} {:>6}  {}",
+            "{:<12} {:>6} {:>6} {:>4} {:>7} {:>6}  {}",
             label(k.strategy),
             k.accepted,
             k.orders_in_db,
             k.lost,
+            k.claimed,
             k.errors,
             verdict(k.pass)
         );
         let _ = writeln!(
             out,
-            "the survivor claims the dead consumer's unacknowledged orders and writes them: lost stays 0;\n\
+            "claimed = orders the dead consumer had read but not acknowledged, claimed and written by the\n\
+             survivor: lost stays 0;\n\
              errors are requests the balancer sent to the killed instance (answered 502)."
         );
     }
