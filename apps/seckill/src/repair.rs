@@ -249,7 +249,8 @@ pub struct ReplayReport {
 }
 
 /// Replays a voucher's dead-letter stream: each order is put back into the
-/// sale if its item and buyer entry are still free (see [`REPLAY`]).
+/// sale: a held one as it is, an abandoned one if its item and buyer entry
+/// are still free (`RESERVE`, then lifting the abandonment, then `ENQUEUE`).
 ///
 /// # Errors
 /// When Redis or the database does not answer, or the voucher is unknown.

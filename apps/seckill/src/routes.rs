@@ -44,7 +44,8 @@ pub const PAGE_MAX: i64 = 1000;
 
 /// The service's router.
 ///
-/// Purchases carry their own deadline (see [`buy`]); every other route is
+/// Purchases carry their own deadline (the request timeout, then 202
+/// `outcome_unknown` while the purchase completes); every other route is
 /// answered 503 after the request timeout.
 pub fn app(state: AppState) -> Router {
     let timeout = state.config().request_timeout;
