@@ -888,7 +888,7 @@ impl Consumer {
 
 /// The order in an entry, or `None` for a malformed one (missing or
 /// non-positive fields, or another voucher's order).
-fn parse(entry: &StreamId, voucher: i64) -> Option<Order> {
+pub(crate) fn parse(entry: &StreamId, voucher: i64) -> Option<Order> {
     let field = |name: &str| -> Option<i64> { entry.get::<String>(name)?.parse().ok() };
     let order = Order {
         id: field("order_id")?,

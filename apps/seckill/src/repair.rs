@@ -191,15 +191,10 @@ pub async fn problems(state: &AppState) -> Result<Vec<String>, AppError> {
     Ok(out)
 }
 
-/// The order a dead-letter entry carries, if it is one of `voucher`'s.
+/// The order a dead-letter entry carries, if it is one of `voucher`'s (the
+/// dead letter keeps the original entry's fields).
 fn dead_letter_order(entry: &redis::streams::StreamId, voucher: i64) -> Option<Order> {
-    let field = |name: &str| -> Option<i64> { entry.get::<String>(name)?.parse().ok() };
-    let order = Order {
-        id: field("order_id")?,
-        user_id: field("user_id")?,
-        voucher_id: field("voucher_id")?,
-    };
-    (order.id > 0 && order.user_id > 0 && order.voucher_id == voucher).then_some(order)
+    crate::pipeline::parse(entry, voucher)
 }
 
 /// Orders dead-lettered while their items stayed taken (`held`) and not
