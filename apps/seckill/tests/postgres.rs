@@ -393,3 +393,56 @@ async fn writing_and_abandoning_an_order_exclude_each_other() {
         assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, stock);
     }
 }
+
+/// Shutdown waits for purchases still running in their own tasks: one
+/// stuck on a silent database completes (its order written) once the
+/// database answers, before the pool closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_purchases_in_flight() {
+    let Some(bin) = bin_dir() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL server binaries; run scripts/setup ***\n");
+        return;
+    };
+    let pg = Postgres::start(&bin);
+    let proxy = locksmith_testkit::FaultProxy::start(&format!("127.0.0.1:{}", pg.port)).unwrap();
+    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
+    let mut h = Harness::start_with_db(Strategy::Lock, 0, Some(url.clone())).await;
+    let mut cfg = common::config(&h.redis.url(), &url, Strategy::Lock, "shutdown");
+    cfg.lock_wait = Duration::from_secs(1);
+    cfg.lock_lease = Duration::from_secs(4);
+    cfg.db.acquire_timeout = Duration::from_secs(1);
+    cfg.db.statement_timeout = Duration::from_secs(1);
+    cfg.request_timeout = Duration::from_secs(9);
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher(10).await;
+
+    proxy.set_mode(locksmith_testkit::FaultMode::BlackHole);
+    let buy = {
+        let http = h.http.clone();
+        let url = format!("{}/vouchers/{voucher}/orders", h.servers[0].url());
+        tokio::spawn(async move { http.post(url).header("x-user-id", "77").send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let server = h.servers.remove(0);
+    let shutdown = tokio::spawn(server.shutdown());
+    // The request itself ends at its deadline (202), which lets the HTTP
+    // server finish; the purchase goes on in its task.
+    let answer = buy.await.unwrap().unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown did not wait for the purchase"
+    );
+    proxy.set_mode(locksmith_testkit::FaultMode::Pass);
+    tokio::time::timeout(Duration::from_secs(30), shutdown)
+        .await
+        .expect("shutdown finishes once the purchase has")
+        .unwrap();
+    let db = seckill::db::Db::connect(&pg.url(), Default::default())
+        .await
+        .unwrap();
+    let orders = db.orders_of_user(voucher, 77).await.unwrap();
+    assert_eq!(orders.len(), 1, "the purchase in flight was cut off");
+    assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 9);
+}
