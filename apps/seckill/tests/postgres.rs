@@ -262,6 +262,9 @@ async fn a_purchase_past_its_deadline_answers_unknown_and_completes() {
     cfg.db.acquire_timeout = Duration::from_secs(1);
     cfg.db.statement_timeout = Duration::from_secs(1);
     cfg.request_timeout = Duration::from_secs(9);
+    // No background queries (voucher discovery) to take the pooled
+    // connection the purchase must find idle when the proxy goes silent.
+    cfg.pipeline.discover_interval = Duration::from_secs(3600);
     h.add_instance_with(cfg).await;
     let voucher = h.create_voucher(10).await;
 
@@ -413,6 +416,9 @@ async fn shutdown_waits_for_purchases_in_flight() {
     cfg.db.acquire_timeout = Duration::from_secs(1);
     cfg.db.statement_timeout = Duration::from_secs(1);
     cfg.request_timeout = Duration::from_secs(9);
+    // No background queries (voucher discovery) to take the pooled
+    // connection the purchase must find idle when the proxy goes silent.
+    cfg.pipeline.discover_interval = Duration::from_secs(3600);
     h.add_instance_with(cfg).await;
     let voucher = h.create_voucher(10).await;
 
