@@ -449,20 +449,7 @@ impl Consumer {
                 Handled::Stop => break,
             }
         }
-        if !settled.is_empty() {
-            let mut ack = ACK.key(&self.stream);
-            ack.key(keys::pending(self.id()))
-                .key(keys::stock(self.id()))
-                .key(keys::buyers(self.id()))
-                .arg(keys::ORDER_GROUP);
-            for (id, order, mode) in &settled {
-                match order {
-                    Some(o) => ack.arg(id).arg(o.user_id).arg(o.id).arg(mode),
-                    None => ack.arg(id).arg("").arg("").arg(0),
-                };
-            }
-            let _: i64 = ack.invoke_async(conn).await?;
-        }
+        self.ack(conn, &settled).await?;
         Ok(settled.len() + moved)
     }
 
@@ -769,18 +756,31 @@ impl Consumer {
         id: &str,
         order: &Order,
     ) -> redis::RedisResult<()> {
-        let _: i64 = ACK
-            .key(&self.stream)
-            .key(keys::pending(self.id()))
+        self.ack(conn, &[(id.to_owned(), Some(*order), 0)]).await
+    }
+
+    /// Settles entries with one [`ACK`] call: (entry id, its order if it
+    /// parsed, give-back mode).
+    async fn ack(
+        &self,
+        conn: &mut MultiplexedConnection,
+        settled: &[(String, Option<Order>, u8)],
+    ) -> redis::RedisResult<()> {
+        if settled.is_empty() {
+            return Ok(());
+        }
+        let mut ack = ACK.key(&self.stream);
+        ack.key(keys::pending(self.id()))
             .key(keys::stock(self.id()))
             .key(keys::buyers(self.id()))
-            .arg(keys::ORDER_GROUP)
-            .arg(id)
-            .arg(order.user_id)
-            .arg(order.id)
-            .arg(0)
-            .invoke_async(conn)
-            .await?;
+            .arg(keys::ORDER_GROUP);
+        for (id, order, mode) in settled {
+            match order {
+                Some(o) => ack.arg(id).arg(o.user_id).arg(o.id).arg(mode),
+                None => ack.arg(id).arg("").arg("").arg(0),
+            };
+        }
+        let _: i64 = ack.invoke_async(conn).await?;
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use crate::db::{Order, Voucher};
 use crate::error::AppError;
 use crate::keys;
 use crate::state::AppState;
-use crate::strategy::segment_shares;
+use crate::strategy::write_sale_state;
 
 /// First step of replaying one dead-lettered order: takes its item and
 /// buyer entry again, if they are still free (an order dead-lettered while
@@ -553,24 +553,8 @@ pub async fn reseed(state: &AppState, voucher: i64, force: bool) -> Result<Resee
     let mut wipe = vec![keys::stock(v.id), keys::buyers(v.id), keys::meta(v.id)];
     wipe.extend((0..v.segments).map(|s| keys::segment_stock(v.id, s)));
     let mut pipe = redis::pipe();
-    pipe.atomic()
-        .del(wipe)
-        .ignore()
-        .hset_multiple(
-            keys::meta(v.id),
-            &[
-                ("begin", v.begin_ms),
-                ("end", v.end_ms),
-                ("segments", v.segments),
-            ],
-        )
-        .ignore()
-        .set(keys::stock(v.id), stock)
-        .ignore();
-    for (segment, share) in segment_shares(stock, v.segments).into_iter().enumerate() {
-        pipe.set(keys::segment_stock(v.id, segment as i64), share)
-            .ignore();
-    }
+    pipe.atomic().del(wipe).ignore();
+    write_sale_state(&mut pipe, &v, stock);
     for chunk in buyers.chunks(1000) {
         pipe.sadd(keys::buyers(v.id), chunk).ignore();
     }

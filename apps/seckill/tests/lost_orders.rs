@@ -8,23 +8,12 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{accepted_ids, config, Harness};
+use common::{accepted_ids, config, wait_until, Harness};
 use redis::Commands;
 use seckill::config::Strategy;
 use seckill::keys;
-use serde_json::Value;
-use sqlx::Connection;
 
-async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use sqlx::Connection;
 
 /// Holds SQLite's write lock (`BEGIN EXCLUSIVE`) until dropped or
 /// released: every writer fails with SQLITE_BUSY after its busy timeout,
@@ -57,16 +46,6 @@ async fn outage_harness(outage_limit: Option<Duration>) -> Harness {
     cfg.pipeline.outage_limit = outage_limit;
     h.add_instance_with(cfg).await;
     h
-}
-
-async fn health(h: &Harness) -> (u16, Value) {
-    let r = h
-        .http
-        .get(format!("{}/healthz", h.servers[0].url()))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +114,7 @@ async fn past_the_outage_limit_orders_are_dead_lettered_holding_their_items_and_
         conn.xlen::<_, i64>(keys::orders_stream(voucher)).unwrap(),
         0
     );
-    let (status, body) = health(&h).await;
+    let (status, body) = h.health().await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["status"], "degraded");
     assert!(
@@ -164,7 +143,7 @@ async fn past_the_outage_limit_orders_are_dead_lettered_holding_their_items_and_
         assert!(state.db().failed_order(*id).await.unwrap().is_none());
     }
     wait_until("healthy again", Duration::from_secs(10), async || {
-        health(&h).await.0 == 200
+        h.health().await.0 == 200
     })
     .await;
 }
@@ -201,19 +180,7 @@ async fn an_order_the_database_refuses_is_abandoned_its_item_given_back_and_repl
     assert_eq!(stock, 9, "user 14's item only");
     let is_buyer: bool = conn.sismember(keys::buyers(voucher), 13).unwrap();
     assert!(!is_buyer);
-    let mine: Value = h
-        .http
-        .get(format!(
-            "{}/vouchers/{voucher}/orders/mine",
-            h.servers[0].url()
-        ))
-        .header("x-user-id", "13")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let mine = h.mine(voucher, 13).await;
     assert_eq!(mine["orders"][0]["status"], "failed", "{mine}");
     // The cause is fixed; the replay puts the order back and it is written.
     sqlx::query("DROP TRIGGER refuse_13")
@@ -293,7 +260,6 @@ async fn cancelled_requests_leak_nothing(strategy: Strategy) {
     const STOCK: i64 = 1000;
     let h = Harness::start(strategy, 2).await;
     let voucher = h.create_voucher(STOCK).await;
-    let urls = h.urls();
     let mut tasks = tokio::task::JoinSet::new();
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(40));
     for user in 1..=400i64 {
@@ -350,16 +316,7 @@ async fn cancelled_requests_leak_nothing(strategy: Strategy) {
     );
     // Every dropped buyer either has an order (and hears so) or can buy.
     for user in dropped {
-        let mine: Value = h
-            .http
-            .get(format!("{}/vouchers/{voucher}/orders/mine", urls[0]))
-            .header("x-user-id", user)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let mine = h.mine(voucher, user).await;
         let has_order = !mine["orders"].as_array().unwrap().is_empty();
         let (status, body) = h.buy(0, voucher, user).await;
         if has_order {
@@ -462,7 +419,7 @@ async fn a_finished_sale_is_drained_trimmed_and_expires() {
         .unwrap();
     let (status, body) = h.buy(0, voucher, 999).await;
     assert_eq!((status, body["error"].as_str()), (403, Some("ended")));
-    let (status, body) = health(&h).await;
+    let (status, body) = h.health().await;
     assert_eq!(status, 200, "a drained sale without keys is fine: {body}");
 }
 
@@ -514,7 +471,7 @@ async fn reconcile_and_reseed_repair_redis() {
     let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
     let (status, _) = h.buy(0, voucher, 500).await;
     assert_eq!(status, 503);
-    let (status, body) = health(&h).await;
+    let (status, body) = h.health().await;
     assert_eq!(status, 503, "{body}");
     assert!(
         body["problems"].to_string().contains("seckill reseed"),
@@ -529,7 +486,7 @@ async fn reconcile_and_reseed_repair_redis() {
     assert!(seckill::repair::reseed(&state, voucher, false)
         .await
         .is_err());
-    let (status, body) = health(&h).await;
+    let (status, body) = h.health().await;
     assert_eq!(status, 200, "{body}");
     // Earlier buyers are still known; new ones buy from the right stock.
     let (status, body) = h.buy(0, voucher, accepted_user(&run)).await;
@@ -627,7 +584,7 @@ async fn a_sale_whose_redis_state_is_gone_is_never_called_drained() {
             .is_none(),
         "a sale that lost its state was marked drained"
     );
-    let (status, body) = health(&h).await;
+    let (status, body) = h.health().await;
     assert_eq!(status, 503, "{body}");
     assert!(
         body["problems"].to_string().contains("seckill reseed"),

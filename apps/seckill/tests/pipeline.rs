@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Harness;
+use common::{wait_until, Harness};
 use redis::Commands;
 use seckill::config::Strategy;
 use seckill::db::{Order, WriteOutcome};
@@ -54,17 +54,6 @@ fn pending(conn: &mut redis::Connection, voucher: i64) -> i64 {
         .query(conn)
         .unwrap();
     redis::from_redis_value_ref(&summary[0]).unwrap()
-}
-
-async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Sets up a voucher whose group exists, with no instance running.

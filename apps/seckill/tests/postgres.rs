@@ -242,6 +242,26 @@ async fn orders_accepted_while_postgres_is_down_are_all_written_when_it_returns(
     assert_eq!(db.voucher(voucher).await.unwrap().unwrap().stock, 90);
 }
 
+/// One `lock` instance whose database connections go through a FaultProxy,
+/// with tight bounds (a 9 s request timeout), and a voucher of 10 items.
+async fn behind_proxy(pg: &Postgres) -> (Harness, locksmith_testkit::FaultProxy, i64) {
+    let proxy = locksmith_testkit::FaultProxy::start(&format!("127.0.0.1:{}", pg.port)).unwrap();
+    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
+    let mut h = Harness::start_with_db(Strategy::Lock, 0, Some(url.clone())).await;
+    let mut cfg = common::config(&h.redis.url(), &url, Strategy::Lock, "proxied");
+    cfg.lock_wait = Duration::from_secs(1);
+    cfg.lock_lease = Duration::from_secs(4);
+    cfg.db.acquire_timeout = Duration::from_secs(1);
+    cfg.db.statement_timeout = Duration::from_secs(1);
+    cfg.request_timeout = Duration::from_secs(9);
+    // No background queries (voucher discovery) to take the pooled
+    // connection the purchase must find idle when the proxy goes silent.
+    cfg.pipeline.discover_interval = Duration::from_secs(3600);
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher(10).await;
+    (h, proxy, voucher)
+}
+
 /// A purchase that outlives the request timeout (the database stops
 /// answering mid-write) is answered 202 "outcome unknown" with where to
 /// look, not 503 "nothing accepted", and completes in the background once
@@ -253,20 +273,7 @@ async fn a_purchase_past_its_deadline_answers_unknown_and_completes() {
         return;
     };
     let pg = Postgres::start(&bin);
-    let proxy = locksmith_testkit::FaultProxy::start(&format!("127.0.0.1:{}", pg.port)).unwrap();
-    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
-    let mut h = Harness::start_with_db(Strategy::Lock, 0, Some(url.clone())).await;
-    let mut cfg = common::config(&h.redis.url(), &url, Strategy::Lock, "deadline");
-    cfg.lock_wait = Duration::from_secs(1);
-    cfg.lock_lease = Duration::from_secs(4);
-    cfg.db.acquire_timeout = Duration::from_secs(1);
-    cfg.db.statement_timeout = Duration::from_secs(1);
-    cfg.request_timeout = Duration::from_secs(9);
-    // No background queries (voucher discovery) to take the pooled
-    // connection the purchase must find idle when the proxy goes silent.
-    cfg.pipeline.discover_interval = Duration::from_secs(3600);
-    h.add_instance_with(cfg).await;
-    let voucher = h.create_voucher(10).await;
+    let (h, proxy, voucher) = behind_proxy(&pg).await;
 
     // The database's connection goes silent mid-purchase.
     proxy.set_mode(locksmith_testkit::FaultMode::BlackHole);
@@ -284,19 +291,7 @@ async fn a_purchase_past_its_deadline_answers_unknown_and_completes() {
     proxy.set_mode(locksmith_testkit::FaultMode::Pass);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let mine: serde_json::Value = h
-            .http
-            .get(format!(
-                "{}/vouchers/{voucher}/orders/mine",
-                h.servers[0].url()
-            ))
-            .header("x-user-id", "42")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let mine = h.mine(voucher, 42).await;
         if mine["orders"][0]["status"] == "created" {
             break;
         }
@@ -407,20 +402,7 @@ async fn shutdown_waits_for_purchases_in_flight() {
         return;
     };
     let pg = Postgres::start(&bin);
-    let proxy = locksmith_testkit::FaultProxy::start(&format!("127.0.0.1:{}", pg.port)).unwrap();
-    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
-    let mut h = Harness::start_with_db(Strategy::Lock, 0, Some(url.clone())).await;
-    let mut cfg = common::config(&h.redis.url(), &url, Strategy::Lock, "shutdown");
-    cfg.lock_wait = Duration::from_secs(1);
-    cfg.lock_lease = Duration::from_secs(4);
-    cfg.db.acquire_timeout = Duration::from_secs(1);
-    cfg.db.statement_timeout = Duration::from_secs(1);
-    cfg.request_timeout = Duration::from_secs(9);
-    // No background queries (voucher discovery) to take the pooled
-    // connection the purchase must find idle when the proxy goes silent.
-    cfg.pipeline.discover_interval = Duration::from_secs(3600);
-    h.add_instance_with(cfg).await;
-    let voucher = h.create_voucher(10).await;
+    let (mut h, proxy, voucher) = behind_proxy(&pg).await;
 
     proxy.set_mode(locksmith_testkit::FaultMode::BlackHole);
     let buy = {

@@ -222,29 +222,18 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
         }
         balancer_used = lb.describe();
         let targets = lb.targets(&urls);
-        let result = run_strategy(
-            &options,
+        let round = Round {
+            options: &options,
             strategy,
             index,
-            &urls,
-            &targets,
-            &admin_token,
-            &http,
-        )
-        .await;
+            urls: &urls,
+            targets: &targets,
+            admin_token: &admin_token,
+            http: &http,
+        };
+        let result = run_strategy(&round).await;
         let duplicate = match (&result, options.experiments) {
-            (Ok(_), true) => Some(
-                run_duplicates(
-                    &options,
-                    strategy,
-                    index,
-                    &urls,
-                    &targets,
-                    &admin_token,
-                    &http,
-                )
-                .await,
-            ),
+            (Ok(_), true) => Some(run_duplicates(&round).await),
             _ => None,
         };
         lb.stop().await;
@@ -321,6 +310,25 @@ async fn written_orders(
     Ok((rows, unwritten))
 }
 
+/// One strategy's instances, as its experiments see them.
+#[derive(Clone, Copy)]
+struct Round<'a> {
+    /// The demo's settings.
+    options: &'a DemoOptions,
+    /// What both instances run.
+    strategy: Strategy,
+    /// Position in the run (keeps user ids apart between strategies).
+    index: usize,
+    /// The instances, directly (admin calls).
+    urls: &'a [String],
+    /// Where buyers go (the balancer, or the instances).
+    targets: &'a [String],
+    /// The instances' admin token.
+    admin_token: &'a str,
+    /// The demo's HTTP client.
+    http: &'a reqwest::Client,
+}
+
 /// Creates a voucher on sale from a second ago for an hour; its id.
 async fn create_voucher(
     http: &reqwest::Client,
@@ -391,15 +399,16 @@ const DUP_REQUESTS_EACH: usize = 10;
 /// The one-order-per-user race on the running instances: each of
 /// [`DUP_BUYERS`] buyers sends [`DUP_REQUESTS_EACH`] purchases at once,
 /// with stock for all of them.
-async fn run_duplicates(
-    options: &DemoOptions,
-    strategy: Strategy,
-    index: usize,
-    urls: &[String],
-    targets: &[String],
-    admin_token: &str,
-    http: &reqwest::Client,
-) -> Result<DuplicateResult, BoxError> {
+async fn run_duplicates(round: &Round<'_>) -> Result<DuplicateResult, BoxError> {
+    let Round {
+        options,
+        strategy,
+        index,
+        urls,
+        targets,
+        admin_token,
+        http,
+    } = *round;
     let title = format!("demo voucher ({strategy}, one user many requests)");
     let voucher_id =
         create_voucher(http, &urls[0], admin_token, &title, 2 * DUP_BUYERS as i64).await?;
@@ -603,15 +612,16 @@ async fn run_killed_consumer(
     outcome
 }
 
-async fn run_strategy(
-    options: &DemoOptions,
-    strategy: Strategy,
-    index: usize,
-    urls: &[String],
-    targets: &[String],
-    admin_token: &str,
-    http: &reqwest::Client,
-) -> Result<StrategyResult, BoxError> {
+async fn run_strategy(round: &Round<'_>) -> Result<StrategyResult, BoxError> {
+    let Round {
+        options,
+        strategy,
+        index,
+        urls,
+        targets,
+        admin_token,
+        http,
+    } = *round;
     let voucher_id = create_voucher(
         http,
         &urls[0],

@@ -338,27 +338,8 @@ pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppE
     let mut stale = keys::sale_keys(voucher.id, old_segments.unwrap_or(0).max(voucher.segments));
     stale.push(keys::dead_letter_stream(voucher.id));
     let mut pipe = redis::pipe();
-    pipe.atomic()
-        .del(stale)
-        .ignore()
-        .hset_multiple(
-            keys::meta(voucher.id),
-            &[
-                ("begin", voucher.begin_ms),
-                ("end", voucher.end_ms),
-                ("segments", voucher.segments),
-            ],
-        )
-        .ignore()
-        .set(keys::stock(voucher.id), voucher.stock_total)
-        .ignore();
-    for (segment, share) in segment_shares(voucher.stock_total, voucher.segments)
-        .into_iter()
-        .enumerate()
-    {
-        pipe.set(keys::segment_stock(voucher.id, segment as i64), share)
-            .ignore();
-    }
+    pipe.atomic().del(stale).ignore();
+    write_sale_state(&mut pipe, voucher, voucher.stock_total);
     let _: () = pipe.query_async(&mut conn).await?;
     // Another slot on a Cluster: not part of the MULTI.
     let _: i64 = redis::cmd("SREM")
@@ -367,6 +348,30 @@ pub(crate) async fn seed(state: &AppState, voucher: &Voucher) -> Result<(), AppE
         .query_async(&mut conn)
         .await?;
     Ok(())
+}
+
+/// Adds to `pipe` the writes of a voucher's sale state with `stock` items
+/// left: the window hash, the single counter and the segment counters
+/// (seeding, and re-seeding after Redis lost its data).
+pub(crate) fn write_sale_state(pipe: &mut redis::Pipeline, voucher: &Voucher, stock: i64) {
+    pipe.hset_multiple(
+        keys::meta(voucher.id),
+        &[
+            ("begin", voucher.begin_ms),
+            ("end", voucher.end_ms),
+            ("segments", voucher.segments),
+        ],
+    )
+    .ignore()
+    .set(keys::stock(voucher.id), stock)
+    .ignore();
+    for (segment, share) in segment_shares(stock, voucher.segments)
+        .into_iter()
+        .enumerate()
+    {
+        pipe.set(keys::segment_stock(voucher.id, segment as i64), share)
+            .ignore();
+    }
 }
 
 /// Splits `stock` into `segments` near-equal shares.

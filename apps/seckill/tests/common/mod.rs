@@ -140,6 +140,33 @@ impl Harness {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /vouchers/{voucher}/orders/mine` on instance 0, as `user`.
+    pub async fn mine(&self, voucher: i64, user: i64) -> Value {
+        self.http
+            .get(format!(
+                "{}/vouchers/{voucher}/orders/mine",
+                self.servers[0].url()
+            ))
+            .header("X-User-Id", user.to_string())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /healthz` on instance 0: status and body.
+    pub async fn health(&self) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.servers[0].url()))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
     /// Sends `buyers` distinct users at all instances, at most
     /// `concurrency` at a time, bounded by 60 s.
     pub async fn sale(
@@ -182,6 +209,18 @@ impl Harness {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// Polls `check` every 50 ms until it holds; fails the test after `within`.
+pub async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
