@@ -16,15 +16,15 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 use uuid::Uuid;
 
-use crate::batch::{Acks, Batcher};
-use crate::error::{Error, Result};
-use crate::notify::{HubTimeouts, NotifyHub};
-use crate::renewal::Renewer;
-use crate::subscriber::Source;
-use crate::topology::{
+use crate::engine::batch::Batcher;
+use crate::engine::conn::{Acks, NotifyMode, Timing};
+use crate::engine::notify::{HubTimeouts, NotifyHub};
+use crate::engine::renewal::Renewer;
+use crate::engine::subscriber::Source;
+use crate::engine::topology::{
     self, check_deployment, explain_connect, replica_acks, server_major_version, Address, Conn,
-    Timing,
 };
+use crate::error::{Error, Result};
 
 /// The longest timeout or check period a client accepts: a day. Longer
 /// values are mistakes (and would overflow clock arithmetic).
@@ -303,7 +303,7 @@ impl ClientBuilder {
                 )));
             }
         }
-        crate::validate::lease(config.lease)?;
+        crate::engine::validate::lease(config.lease)?;
         if config.max_name_len == 0 {
             return Err(Error::invalid("max_name_len must be greater than zero"));
         }
@@ -373,44 +373,6 @@ impl ClientBuilder {
                 config,
             }),
         })
-    }
-}
-
-/// How lock releases are announced on a Redis Cluster; see
-/// [`ClientBuilder::cluster_notify`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum NotifyMode {
-    /// `PUBLISH` / `SUBSCRIBE`: every node relays every message over the
-    /// cluster bus. What clients without sharded pub/sub use.
-    Classic,
-    /// `SPUBLISH` / `SSUBSCRIBE` (Redis 7+): a message stays on the shard
-    /// that owns the lock's slot. What Redisson uses on a cluster.
-    Sharded,
-    /// Both: releases are published both ways and waiters listen both
-    /// ways, so Redisson and classic-only clients share locks with us and
-    /// with each other. Costs one more publish per release.
-    Both,
-}
-
-impl NotifyMode {
-    /// Whether classic pub/sub is used.
-    pub(crate) fn classic(self) -> bool {
-        matches!(self, NotifyMode::Classic | NotifyMode::Both)
-    }
-
-    /// Whether sharded pub/sub is used.
-    pub(crate) fn sharded(self) -> bool {
-        matches!(self, NotifyMode::Sharded | NotifyMode::Both)
-    }
-
-    /// The code the scripts take: `p` publish, `s` spublish, `b` both.
-    pub(crate) fn code(self) -> &'static str {
-        match self {
-            NotifyMode::Classic => "p",
-            NotifyMode::Sharded => "s",
-            NotifyMode::Both => "b",
-        }
     }
 }
 
@@ -528,9 +490,9 @@ impl Client {
     /// Checks a primitive's name: not empty, within the length limit, and
     /// on a cluster free of broken hash tags.
     pub(crate) fn check_name(&self, name: &str) -> Result<()> {
-        crate::validate::name(name, self.inner.config.max_name_len)?;
+        crate::engine::validate::name(name, self.inner.config.max_name_len)?;
         if self.inner.topology == Topology::Cluster {
-            crate::validate::cluster_name(name)?;
+            crate::engine::validate::cluster_name(name)?;
         }
         Ok(())
     }
@@ -611,7 +573,10 @@ impl Client {
 
     /// A batcher of `script` on this client's connection, waiting for the
     /// client's replica acknowledgements.
-    pub(crate) fn batcher(&self, script: &'static std::sync::LazyLock<redis::Script>) -> Batcher {
+    pub(crate) fn batcher(
+        &self,
+        script: &'static std::sync::LazyLock<crate::engine::scripts::Lua>,
+    ) -> Batcher {
         Batcher::new(script, self.inner.conn.clone(), self.inner.acks)
     }
 

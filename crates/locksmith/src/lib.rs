@@ -4,74 +4,63 @@
 //! with leases, a watchdog and fencing tokens, compatible with Redisson's
 //! data layout so Rust and Java services can share one lock.
 //!
-//! Map of the crate:
+//! Map of the crate: one folder per primitive, holding its Rust, its Lua
+//! scripts (KEYS/ARGV contract at the top of each) and its tests; the
+//! machinery they share in `engine/`, which names no primitive.
 //! - [`Client`] / [`ClientBuilder`] (`client.rs`): the connection, identity
 //!   and defaults every primitive is made from.
 //! - [`Error`] / [`ErrorKind`] (`error.rs`): the one error type.
-//! - [`Lock`] / [`LockGuard`] (`lock/`): the reentrant lock, and
-//!   [`SimpleLock`], the `SET NX PX` lock; [`FairLock`] (`lock/fair.rs`),
-//!   first come, first served; [`ReadWriteLock`] (`lock/rw.rs`), shared
-//!   readers or one writer; [`MultiLock`] (`lock/multi.rs`), several
-//!   locks all or nothing.
-//! - [`Semaphore`] / [`SemaphorePermits`] (`semaphore/`): the counting
-//!   semaphore; [`ExpirableSemaphore`] / [`Permit`]: permits with ids and
-//!   leases.
-//! - [`CountDownLatch`] (`latch.rs`): the count-down latch.
-//! - [`RedlockNodes`] / [`Redlock`] (`redlock.rs`): one lock over N
-//!   independent primaries, held on a majority.
-//! - [`IdGenerator`] (`id.rs`): unique, time-ordered 64-bit ids.
-//! - [`FencedStore`] (`fenced.rs`): a value that refuses stale fencing
-//!   tokens.
-//! - [`LostSignal`] (`lease.rs`): what a holder knows about its lease.
+//! - `lock/`: [`Lock`] / [`LockGuard`] (`lock/reentrant/`), the reentrant
+//!   lock; [`FairLock`] (`lock/fair/`), first come, first served;
+//!   [`ReadWriteLock`] (`lock/rw/`), shared readers or one writer;
+//!   [`SimpleLock`] (`lock/simple/`), the `SET NX PX` lock; [`MultiLock`]
+//!   (`lock/multi/`), several locks all or nothing; [`RedlockNodes`] /
+//!   [`Redlock`] (`lock/redlock/`), one lock over N independent primaries,
+//!   held on a majority.
+//! - `semaphore/`: [`Semaphore`] / [`SemaphorePermits`]
+//!   (`semaphore/counting/`); [`ExpirableSemaphore`] / [`Permit`]
+//!   (`semaphore/expirable/`): permits with ids and leases.
+//! - [`CountDownLatch`] (`latch/`), [`IdGenerator`] (`id/`),
+//!   [`FencedStore`] (`fenced/`): a value that refuses stale fencing tokens.
 //! - `blocking` (`blocking.rs`, cargo feature `blocking`): the primitives
 //!   for code that is not async, over the same implementation.
-//! - `topology.rs`: the command connection for a single server, a
-//!   Sentinel-managed primary or a Redis Cluster, and the URL forms.
-//! - `batch.rs`: coalesces concurrent script calls (per slot on a cluster).
-//! - `notify.rs`: one pub/sub connection per client, waiter queues and
-//!   their wake policies (one, all, as many as permits allow);
-//!   `subscriber.rs`: that connection on each topology (classic or sharded
-//!   pub/sub).
-//! - `renewal.rs`: the watchdog, one batched renewal task per client.
-//! - `observe.rs`: the metrics and tracing every primitive reports.
-//! - `keys.rs`: Redisson-compatible key and channel names.
-//! - `scripts/`: the Lua scripts, KEYS/ARGV contract at the top of each.
-//! - `validate.rs`: the checks every call runs on its input.
+//! - `scripts.rs`: the catalogue of every script with the preludes it
+//!   declares ([`script_source`] reads one).
+//! - `engine/`: `conn.rs` (the connection layer's leaf types),
+//!   `topology.rs` (single server, Sentinel, Cluster; the URL forms),
+//!   `batch.rs` (coalesced script calls, per slot on a cluster),
+//!   `notify.rs` + `subscriber.rs` (one pub/sub connection per client,
+//!   waiter queues and wake policies), `renewal.rs` (the watchdog),
+//!   `lease.rs` (the lease view and [`LostSignal`]), `task.rs`
+//!   (background tasks), `observe.rs` (metrics and tracing), `keys.rs`
+//!   (Redisson-compatible names), `validate.rs` (input checks) and
+//!   `scripts.rs` (script composition).
 #![warn(missing_docs)]
 
-mod batch;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
+mod engine;
 mod error;
 mod fenced;
 mod id;
-mod keys;
 mod latch;
-mod lease;
 mod lock;
-mod notify;
-mod observe;
-mod redlock;
-mod renewal;
 mod scripts;
 mod semaphore;
-mod subscriber;
-mod task;
-mod topology;
-mod validate;
 
-pub use client::{Client, ClientBuilder, Connection, NotifyMode, Topology};
+pub use client::{Client, ClientBuilder, Connection, Topology};
+pub use engine::conn::NotifyMode;
+pub use engine::lease::LostSignal;
 pub use error::{Error, ErrorKind, Result};
 pub use fenced::FencedStore;
 pub use id::IdGenerator;
 pub use latch::CountDownLatch;
-pub use lease::LostSignal;
 pub use lock::{
     FairLock, FairLockInfo, Lock, LockGuard, LockInfo, Member, MultiGuard, MultiLock,
-    ReadWriteLock, ReadWriteLockInfo, SimpleLock,
+    ReadWriteLock, ReadWriteLockInfo, Redlock, RedlockGuard, RedlockNodes, SimpleLock,
 };
-pub use redlock::{Redlock, RedlockGuard, RedlockNodes};
+pub use scripts::{script_names, script_source};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
 /// Guides, from the repository's `docs/` folder.

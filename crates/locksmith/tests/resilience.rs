@@ -51,10 +51,7 @@ type AcquireReq<'a> = (&'a str, &'a str, u32);
 
 /// Runs the acquire script with the given requests in one call.
 fn acquire_batch(c: &mut redis::Connection, reqs: &[AcquireReq]) -> Vec<redis::Value> {
-    let script = Script::new(concat!(
-        include_str!("../src/scripts/token.lua"),
-        include_str!("../src/scripts/lock_acquire.lua")
-    ));
+    let script = Script::new(locksmith::script_source("lock/reentrant/acquire").unwrap());
     let mut inv = script.prepare_invoke();
     for (name, _, _) in reqs {
         inv.key(*name)
@@ -76,11 +73,7 @@ fn release_one(
     successor: &str,
     if_alone: bool,
 ) -> (i64, i64) {
-    let script = Script::new(concat!(
-        include_str!("../src/scripts/token.lua"),
-        include_str!("../src/scripts/announce.lua"),
-        include_str!("../src/scripts/lock_release.lua")
-    ));
+    let script = Script::new(locksmith::script_source("lock/reentrant/release").unwrap());
     let replies: Vec<(i64, i64)> = script
         .key(name)
         .key(format!("redisson_lock__channel:{{{name}}}"))

@@ -323,11 +323,16 @@ async fn cluster_names_must_keep_their_keys_in_one_slot() {
         .await
         .unwrap();
     let client = Client::open(&cluster_url(&cluster)).await.unwrap();
-    for bad in ["a{}b", "a{b", "x}{y"] {
+    // "a}b" has no '{', so its auxiliary keys are `prefix:{a}b}`, whose
+    // tag is "a": another slot than "a}b" itself (CROSSSLOT once used).
+    for bad in ["a{}b", "a{b", "x}{y", "a}b", "}"] {
         let err = client.lock(bad).unwrap_err();
         assert!(err.is_invalid_argument(), "{bad}: {err}");
         assert!(err.to_string().contains("hash tag"), "{err}");
         assert!(client.simple_lock(bad).is_err());
+        assert!(client.fair_lock(bad).is_err(), "{bad}");
+        assert!(client.read_write_lock(bad).is_err(), "{bad}");
+        assert!(client.semaphore(bad).is_err(), "{bad}");
     }
     // Names with a real tag, and names over many slots, work.
     for name in ["orders:{42}:a", "orders:{42}:b", "plain", "x{y}z"] {

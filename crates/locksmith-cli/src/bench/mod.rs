@@ -43,13 +43,16 @@ use crate::exit::CliError;
 use contender::Contender;
 use stats::{CommandStats, Latencies};
 
-/// The scripts locksmith runs, fired directly for the raw ceiling.
-const ACQUIRE_LUA: &str = include_str!("../../../locksmith/src/scripts/lock_acquire.lua");
-/// See [`ACQUIRE_LUA`].
-const RELEASE_LUA: &str = concat!(
-    include_str!("../../../locksmith/src/scripts/announce.lua"),
-    include_str!("../../../locksmith/src/scripts/lock_release.lua")
-);
+/// The scripts locksmith runs, fired directly for the raw ceiling: asked of
+/// the library, so they come with every prelude they need.
+const ACQUIRE_SCRIPT: &str = "lock/reentrant/acquire";
+/// See [`ACQUIRE_SCRIPT`].
+const RELEASE_SCRIPT: &str = "lock/reentrant/release";
+
+/// The source of one of locksmith's scripts.
+fn library_script(name: &str) -> Result<&'static str, String> {
+    locksmith::script_source(name).ok_or_else(|| format!("locksmith has no script named {name:?}"))
+}
 
 /// Requests per script call in the batched raw phase.
 const RAW_BATCH: u32 = 8;
@@ -499,8 +502,8 @@ impl Bench {
                     .map_err(|e| e.to_string())
             }
         };
-        let acquire = load(ACQUIRE_LUA).await?;
-        let release = load(RELEASE_LUA).await?;
+        let acquire = load(library_script(ACQUIRE_SCRIPT)?).await?;
+        let release = load(library_script(RELEASE_SCRIPT)?).await?;
         let _: String = redis::cmd("PING")
             .query_async(&mut conn)
             .await

@@ -13,12 +13,12 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::{HoldState, ATTEMPTS};
-use crate::batch::{Batcher, Call};
 use crate::client::Client;
+use crate::engine::batch::{Batcher, Call};
+use crate::engine::lease::LeaseState;
+use crate::engine::renewal::{Hold, Ownership};
+use crate::engine::task::detach;
 use crate::error::{Error, Result};
-use crate::lease::LeaseState;
-use crate::renewal::{Hold, Ownership};
-use crate::task::detach;
 
 /// Undoes a grant that may have landed, given the owner's state.
 pub(super) type Undo<S> =

@@ -27,7 +27,7 @@ use redis::cluster_routing::Slot;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture, Value};
 
-use crate::batch::Acks;
+use crate::engine::conn::{Acks, Timing};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -173,15 +173,6 @@ impl Address {
             ),
         }
     }
-}
-
-/// Connection timing, from the client's options.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    /// Bounds dialling.
-    pub(crate) connect: Duration,
-    /// Bounds every command.
-    pub(crate) command: Duration,
 }
 
 /// The command connection of a client, whatever the topology. Cheap to

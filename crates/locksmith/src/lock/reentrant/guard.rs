@@ -3,15 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::lease::{LeaseState, LostSignal};
+use crate::engine::observe::{Grant, Hold, Labels};
+use crate::engine::renewal::Registration;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::lease::{LeaseState, LostSignal};
 use crate::lock::rw::Side;
 use crate::lock::simple::SimpleLock;
 use crate::lock::{FairLock, Lock, ReadWriteLock};
-use crate::observe::{Grant, Hold, Labels};
-use crate::renewal::Registration;
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether the
 /// lock was still held; dropping the guard releases it in the background

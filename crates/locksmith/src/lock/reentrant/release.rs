@@ -12,13 +12,13 @@ use tokio::time::Instant;
 
 use super::handoff::Offer;
 use super::{HoldState, Lock, Shared, ATTEMPTS};
-use crate::batch::{Arg, Call};
+use crate::engine::batch::{Arg, Call};
+use crate::engine::keys;
 use crate::error::{Error, Result};
-use crate::keys;
 
 /// Forgets this owner's hold locally (it was released, or lost): count
 /// zero, no watchdog entry. Marks the lease lost if it was still live.
-pub(super) fn forget(state: &mut HoldState) {
+pub(in crate::lock) fn forget(state: &mut HoldState) {
     state.count = 0;
     if let Some(reg) = state.registration.take() {
         reg.state().mark_lost();
@@ -27,7 +27,7 @@ pub(super) fn forget(state: &mut HoldState) {
 
 /// What the release script is asked to do, and what a resend must repeat.
 #[derive(Clone)]
-pub(super) struct ReleaseCall {
+pub(in crate::lock) struct ReleaseCall {
     /// KEYS and ARGV of one request.
     call: Call,
     /// The lease a remaining hold is re-armed to.
@@ -37,7 +37,7 @@ pub(super) struct ReleaseCall {
 }
 
 impl ReleaseCall {
-    pub(super) fn new(
+    pub(in crate::lock) fn new(
         shared: &Shared,
         lease: Duration,
         expected: u32,
@@ -76,7 +76,7 @@ impl ReleaseCall {
     async fn send(
         &self,
         shared: &Shared,
-        tracker: Option<crate::batch::Tracker>,
+        tracker: Option<crate::engine::batch::Tracker>,
     ) -> redis::RedisResult<(i64, i64)> {
         let client = &shared.client;
         let (reply, acked) = shared.room.release.call(self.call.clone(), tracker).await?;
@@ -109,7 +109,7 @@ struct Sends {
 
 /// A release started by a future that was dropped before it held the
 /// owner's state: the release is sent from a background task instead.
-pub(super) struct PendingRelease(pub(super) Option<Lock>);
+pub(in crate::lock) struct PendingRelease(pub(in crate::lock) Option<Lock>);
 
 impl Drop for PendingRelease {
     fn drop(&mut self) {
@@ -144,7 +144,7 @@ struct InFlight {
     /// What was sent so far.
     sends: Sends,
     /// Settles once the latest send can no longer reach Redis.
-    after: Option<crate::batch::Tracked>,
+    after: Option<crate::engine::batch::Tracked>,
     /// End of the hold when the owner has no watchdog registration (the
     /// rollback of a first grant): how long a background resend may try.
     until: Instant,
@@ -187,7 +187,7 @@ impl Drop for InFlight {
 /// runs out by itself even if Redis never answers again. An error answer
 /// (Redis refused the script) gives the hold up locally: the watchdog stops
 /// and the lease runs out.
-pub(super) async fn release_locked(
+pub(in crate::lock) async fn release_locked(
     shared: &Arc<Shared>,
     state: OwnedMutexGuard<HoldState>,
     lease: Duration,
@@ -240,7 +240,7 @@ pub(super) async fn release_locked(
     let (status, value) = loop {
         attempt += 1;
         flight.sends.answered = Instant::now();
-        let (tracker, tracked) = crate::batch::tracker();
+        let (tracker, tracked) = crate::engine::batch::tracker();
         flight.after = Some(tracked);
         match call.send(shared, Some(tracker)).await {
             Ok(reply) => break reply,
@@ -379,7 +379,7 @@ fn spawn_settle(
     mut state: OwnedMutexGuard<HoldState>,
     call: ReleaseCall,
     sends: Sends,
-    after: Option<crate::batch::Tracked>,
+    after: Option<crate::engine::batch::Tracked>,
     until: Instant,
 ) {
     // Until the deadline of the hold the lease may still be on the server.
@@ -477,24 +477,24 @@ async fn settle(
 
 /// Undoes an acquire whose reply was never read, when the acquiring
 /// future is dropped mid-call.
-pub(super) struct Rollback {
+pub(in crate::lock) struct Rollback {
     /// Whose hold to undo.
-    pub(super) shared: Arc<Shared>,
+    pub(in crate::lock) shared: Arc<Shared>,
     /// The owner's state, locked for the duration of the call; handed to the
     /// rollback task so no other call of this owner interleaves. Taken out
     /// (disarming the rollback) once the reply is in hand.
-    pub(super) state: Option<OwnedMutexGuard<HoldState>>,
+    pub(in crate::lock) state: Option<OwnedMutexGuard<HoldState>>,
     /// The hold count the server has if the grant landed.
-    pub(super) expected_after: u32,
+    pub(in crate::lock) expected_after: u32,
     /// Lease to re-arm if holds remain after undoing.
-    pub(super) lease: Duration,
+    pub(in crate::lock) lease: Duration,
     /// Settles once the acquire call being undone can no longer reach
     /// Redis; the undo is sent only then, so it cannot be overtaken by the
     /// grant it undoes.
-    pub(super) after: Option<crate::batch::Tracked>,
+    pub(in crate::lock) after: Option<crate::engine::batch::Tracked>,
     /// When a grant that landed would expire at the latest: how long the
     /// undo may keep trying if Redis does not answer.
-    pub(super) until: Instant,
+    pub(in crate::lock) until: Instant,
 }
 
 impl Drop for Rollback {

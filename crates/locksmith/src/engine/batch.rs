@@ -46,10 +46,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, RedisError, RedisResult, Script, Value};
+use redis::{FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
-use crate::topology::Conn;
+use crate::engine::conn::Acks;
+use crate::engine::scripts::Lua;
+use crate::engine::topology::Conn;
 
 /// Calls one batcher keeps outstanding before it holds requests back to
 /// grow the next batch.
@@ -212,7 +214,7 @@ pub(crate) struct Batcher {
 /// The parts of a [`Batcher`] that outlive a caller.
 struct Shared {
     /// The batch script.
-    script: &'static LazyLock<Script>,
+    script: &'static LazyLock<Lua>,
     /// The connection calls go out on (shared with the client).
     conn: Conn,
     /// Waiting requests and outstanding calls.
@@ -233,7 +235,7 @@ impl std::fmt::Debug for Batcher {
 
 impl Batcher {
     /// A batcher for `script`, sending on `conn`.
-    pub(crate) fn new(script: &'static LazyLock<Script>, conn: Conn, acks: Acks) -> Self {
+    pub(crate) fn new(script: &'static LazyLock<Lua>, conn: Conn, acks: Acks) -> Self {
         let slots = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
         Batcher {
             shared: Arc::new(Shared {
@@ -497,43 +499,5 @@ impl Shared {
                 }
             }
         }
-    }
-}
-
-/// How many replicas must acknowledge a call's writes, and how long to wait
-/// for them (`WAIT numreplicas timeout`, sent right behind the call on the
-/// same connection, in the same round trip). The default waits for none.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Acks {
-    /// Replicas to wait for; 0 sends no `WAIT`.
-    pub(crate) min: u32,
-    /// How long `WAIT` may block.
-    pub(crate) timeout: std::time::Duration,
-}
-
-impl Acks {
-    /// Sends `cmd` (a script call answering an array), followed by `WAIT`
-    /// when acknowledgements are wanted; answers the replies and how many
-    /// replicas acknowledged.
-    pub(crate) async fn query<C: redis::aio::ConnectionLike>(
-        &self,
-        cmd: &redis::Cmd,
-        conn: &mut C,
-    ) -> RedisResult<(Vec<Value>, Option<u32>)> {
-        if self.min == 0 {
-            return Ok((cmd.query_async(conn).await?, None));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone())
-            .cmd("WAIT")
-            .arg(self.min)
-            .arg(self.timeout.as_millis() as u64);
-        let (replies, acked): (Vec<Value>, i64) = pipe.query_async(conn).await?;
-        Ok((replies, Some(u32::try_from(acked).unwrap_or(0))))
-    }
-
-    /// True when `acked` (from [`Acks::query`]) falls short.
-    pub(crate) fn short(&self, acked: Option<u32>) -> bool {
-        self.min > 0 && acked.is_some_and(|n| n < self.min)
     }
 }

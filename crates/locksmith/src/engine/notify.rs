@@ -36,8 +36,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::subscriber::{Event, Source, Subscriber};
-use crate::task::TaskSlot;
+use crate::engine::subscriber::{Event, Source, Subscriber};
+use crate::engine::task::TaskSlot;
 
 /// What one message wakes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

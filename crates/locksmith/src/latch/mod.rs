@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{Client, Topology};
+use crate::engine::notify::{Check, Wake};
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
-use crate::notify::{Check, Wake};
-use crate::{keys, scripts, validate};
+use crate::scripts;
 
 /// A distributed count-down latch (Redisson's `RCountDownLatch` layout).
 ///
@@ -185,10 +186,10 @@ impl CountDownLatch {
     /// Reads the count, then waits on the channel (see
     /// [`NotifyHub::wait_on`]).
     ///
-    /// [`NotifyHub::wait_on`]: crate::notify::NotifyHub::wait_on
+    /// [`NotifyHub::wait_on`]: crate::engine::notify::NotifyHub::wait_on
     async fn wait_within(&self, timeout: Option<Duration>) -> Result<bool> {
-        let labels = crate::observe::Labels::new(&self.shared.client, "latch", self.name());
-        let waited = crate::observe::acquire(&labels, self.name(), async {
+        let labels = crate::engine::observe::Labels::new(&self.shared.client, "latch", self.name());
+        let waited = crate::engine::observe::acquire(&labels, self.name(), async {
             Ok(self.wait_inner(timeout).await?.then_some(Opened))
         })
         .await?;
@@ -234,7 +235,7 @@ impl CountDownLatch {
 /// A latch wait that saw the count reach zero (for the metrics).
 struct Opened;
 
-impl crate::observe::Grant for Opened {}
+impl crate::engine::observe::Grant for Opened {}
 
 #[cfg(test)]
 mod tests {

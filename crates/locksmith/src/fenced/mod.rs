@@ -71,7 +71,7 @@ impl FencedStore {
     /// Not cancel safe: dropped after the command was sent, the write may
     /// or may not have happened; [`FencedStore::read`] shows which.
     pub async fn write(&self, token: u64, value: &[u8]) -> Result<()> {
-        crate::validate::settable(token, "a fencing token")?;
+        crate::engine::validate::settable(token, "a fencing token")?;
         let mut invocation = scripts::FENCED_WRITE.prepare_invoke();
         invocation.key(&*self.name).arg(token).arg(value);
         let (written, highest): (i64, u64) = self.client.invoke(&invocation, &self.name).await?;

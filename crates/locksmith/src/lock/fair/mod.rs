@@ -22,13 +22,14 @@ use tokio::time::Instant;
 
 use super::release::forget;
 use super::{attempt, HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
-use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
+use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::notify::{wake_one, Check, Keeper};
+use crate::engine::renewal::Ownership;
+use crate::engine::task::detach;
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
-use crate::notify::{wake_one, Check, Keeper};
-use crate::renewal::Ownership;
-use crate::task::detach;
-use crate::{keys, scripts, validate};
+use crate::scripts;
 
 /// A fair (first come, first served) reentrant lock handle.
 ///
@@ -304,8 +305,9 @@ impl FairLock {
     /// out, and in any case every third of the wait timeout, which
     /// refreshes this waiter's give-up time.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = crate::observe::Labels::new(&self.shared.client, "fair-lock", self.name());
-        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+        let labels =
+            crate::engine::observe::Labels::new(&self.shared.client, "fair-lock", self.name());
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {

@@ -61,11 +61,18 @@ pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
 
 /// On a Redis Cluster, rejects names whose auxiliary keys would land in
 /// another slot than the name itself. Auxiliary names are `prefix:{NAME}`,
-/// or `prefix:NAME` when NAME contains `{` (Redisson's rule), which only
-/// keeps the slot if NAME carries a real hash tag: a `{` followed later by
-/// a `}` with at least one byte between them.
+/// or `prefix:NAME` when NAME contains `{` (Redisson's rule). Without a
+/// `{`, the wrapped `{NAME}` is a tag for all of NAME only if NAME holds no
+/// `}` (in `prefix:{a}b}` the tag is `a`). With one, the slot is kept only
+/// if NAME carries a real hash tag: a `{` followed later by a `}` with at
+/// least one byte between them.
 pub(crate) fn cluster_name(name: &str) -> Result<()> {
     let Some(open) = name.find('{') else {
+        if name.contains('}') {
+            return Err(Error::invalid(format!(
+                "name {name:?} contains '}}' but no '{{': on a cluster its auxiliary keys (\"prefix:{{NAME}}\") would take the part before the '}}' as their hash tag and land in another slot; add a hash tag (\"{{tag}}\") or drop the brace"
+            )));
+        }
         return Ok(());
     };
     match name[open + 1..].find('}') {
@@ -120,6 +127,9 @@ mod tests {
         assert!(cluster_name("a{}b").is_err());
         assert!(cluster_name("a{b").is_err());
         assert!(cluster_name("a}{b").is_err());
+        assert!(cluster_name("a}b").is_err());
+        assert!(cluster_name("}").is_err());
+        assert!(cluster_name("{a}b}").is_ok());
     }
 
     #[test]

@@ -8,10 +8,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::renewal::{Hold, Ownership};
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::lock::LockGuard;
-use crate::renewal::{Hold, Ownership};
-use crate::{keys, scripts, validate};
+use crate::scripts;
 
 /// Shortest and longest pause between re-checks while waiting: clients of
 /// this pattern do not announce releases, so waiters poll (with backoff),
@@ -171,8 +172,9 @@ impl SimpleLock {
     }
 
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = crate::observe::Labels::new(&self.shared.client, "simple-lock", self.name());
-        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+        let labels =
+            crate::engine::observe::Labels::new(&self.shared.client, "simple-lock", self.name());
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
@@ -194,7 +196,12 @@ impl SimpleLock {
                     self.shared
                         .client
                         .hub()
-                        .register(&self.shared.channel, crate::notify::wake_one, 1, deadline)
+                        .register(
+                            &self.shared.channel,
+                            crate::engine::notify::wake_one,
+                            1,
+                            deadline,
+                        )
                         .await,
                 );
                 continue;

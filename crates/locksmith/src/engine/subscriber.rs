@@ -19,8 +19,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::{mpsc, watch};
 
-use crate::client::NotifyMode;
-use crate::topology::{cluster_client, SentinelConn, Timing};
+use crate::engine::conn::{NotifyMode, Timing};
+use crate::engine::topology::{cluster_client, SentinelConn};
 
 /// Where the hub's connection goes.
 #[derive(Clone)]

@@ -16,11 +16,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::Acks;
-use crate::lease::LeaseState;
+use crate::engine::conn::Acks;
+use crate::engine::lease::LeaseState;
+use crate::engine::task::TaskSlot;
+use crate::engine::topology::Conn;
 use crate::scripts;
-use crate::task::TaskSlot;
-use crate::topology::Conn;
 
 /// Most keys sent in one renewal call, so a huge batch does not block the
 /// server for long.
@@ -339,7 +339,7 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
                     let warn_at = entry.granted + entry.hold.lease.mul_f64(0.8);
                     if warn_at <= now {
                         entry.warned = true;
-                        crate::observe::lease_nearly_over(
+                        crate::engine::observe::lease_nearly_over(
                             &entry.hold.key,
                             entry.hold.lease,
                             now - entry.granted,

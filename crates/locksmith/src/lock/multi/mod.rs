@@ -28,8 +28,9 @@ use tokio::time::Instant;
 use super::release::Rollback;
 use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock, ATTEMPTS};
 use crate::client::Client;
+use crate::engine::validate;
 use crate::error::{Error, Result};
-use crate::{scripts, validate};
+use crate::scripts;
 
 /// Several locks of any kinds taken all or nothing (see the module docs).
 ///
@@ -312,8 +313,10 @@ impl MultiLock {
         cancel: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<MultiGuard>> {
         let first = &self.members[0];
-        let labels = crate::observe::Labels::new(first.client(), "multi-lock", first.name());
-        crate::observe::acquire(&labels, first.name(), self.acquire_inner(wait, cancel)).await
+        let labels =
+            crate::engine::observe::Labels::new(first.client(), "multi-lock", first.name());
+        crate::engine::observe::acquire(&labels, first.name(), self.acquire_inner(wait, cancel))
+            .await
     }
 
     async fn acquire_inner(
@@ -415,7 +418,12 @@ impl MultiLock {
                     waiters.push(
                         client
                             .hub()
-                            .register(&lock.shared.channel, crate::notify::wake_one, 1, deadline)
+                            .register(
+                                &lock.shared.channel,
+                                crate::engine::notify::wake_one,
+                                1,
+                                deadline,
+                            )
                             .await,
                     );
                 }
@@ -619,7 +627,7 @@ pub struct MultiGuard {
     guards: Vec<LockGuard>,
 }
 
-impl crate::observe::Grant for MultiGuard {}
+impl crate::engine::observe::Grant for MultiGuard {}
 
 impl MultiGuard {
     /// Each member's name and fencing token, in canonical order.

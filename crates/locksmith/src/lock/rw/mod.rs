@@ -20,12 +20,13 @@ use tokio::time::Instant;
 
 use super::release::forget;
 use super::{attempt, HoldState, LockGuard, ATTEMPTS, NEXT_HOLDER_ID};
-use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
+use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::notify::{Check, Wake};
+use crate::engine::renewal::Ownership;
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
-use crate::notify::{Check, Wake};
-use crate::renewal::Ownership;
-use crate::{keys, scripts, validate};
+use crate::scripts;
 
 /// A distributed read-write lock handle (Redisson's `RReadWriteLock`
 /// layout).
@@ -365,8 +366,8 @@ impl ReadWriteLock {
             Side::Read => "read-lock",
             Side::Write => "write-lock",
         };
-        let labels = crate::observe::Labels::new(&self.shared.client, kind, self.name());
-        crate::observe::acquire(&labels, self.name(), self.acquire_inner(side, wait)).await
+        let labels = crate::engine::observe::Labels::new(&self.shared.client, kind, self.name());
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(side, wait)).await
     }
 
     async fn acquire_inner(&self, side: Side, wait: Option<Duration>) -> Result<Option<LockGuard>> {
@@ -655,7 +656,7 @@ struct WithdrawOnDrop(Option<(ReadWriteLock, u64)>);
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
         if let Some((lock, epoch)) = self.0.take() {
-            crate::task::detach(
+            crate::engine::task::detach(
                 "withdrawing a waiting writer's claim",
                 "it lapses after one lease",
                 async move {

@@ -36,12 +36,13 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{Arg, Batcher, Call, Tracked, Tracker};
 use crate::client::{Client, ClientBuilder};
+use crate::engine::batch::{Arg, Batcher, Call, Tracked, Tracker};
+use crate::engine::lease::{drift, LeaseState, LostSignal};
+use crate::engine::notify::{self, Waiter};
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
-use crate::lease::{drift, LeaseState, LostSignal};
-use crate::notify::{self, Waiter};
-use crate::{keys, scripts, validate};
+use crate::scripts;
 
 /// Source of owner ids, unique within this process.
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -182,7 +183,7 @@ impl RedlockNodes {
         check_count(builders.len())?;
         let addrs = builders
             .iter()
-            .map(|b| crate::topology::Address::parse(b.url()).map(|a| a.describe()))
+            .map(|b| crate::engine::topology::Address::parse(b.url()).map(|a| a.describe()))
             .collect::<Result<Vec<_>>>()?;
         check_distinct(addrs.iter().map(String::as_str))?;
         let lease = builders[0].config().lease;
@@ -413,7 +414,7 @@ impl Node {
                         Instant::now() + builder.config().connect_timeout * 2 + RECONNECT_PAUSE;
                     let builder = builder.clone();
                     let node = self.clone();
-                    crate::task::detach(
+                    crate::engine::task::detach(
                         "reconnecting a Redlock node",
                         "the node stays down",
                         async move {
@@ -633,9 +634,13 @@ impl Redlock {
         wait: Option<Duration>,
         cancel: impl std::future::Future<Output = ()>,
     ) -> Result<Option<RedlockGuard>> {
-        let labels =
-            crate::observe::Labels::of("redlock", self.name(), self.nodes.inner.metric_names);
-        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel)).await
+        let labels = crate::engine::observe::Labels::of(
+            "redlock",
+            self.name(),
+            self.nodes.inner.metric_names,
+        );
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel))
+            .await
     }
 
     async fn acquire_inner(
@@ -714,8 +719,11 @@ impl Redlock {
         )
         .into();
         let lease = self.lease();
-        let (trackers, tracked): (Vec<Tracker>, Vec<Tracked>) =
-            inner.nodes.iter().map(|_| crate::batch::tracker()).unzip();
+        let (trackers, tracked): (Vec<Tracker>, Vec<Tracked>) = inner
+            .nodes
+            .iter()
+            .map(|_| crate::engine::batch::tracker())
+            .unzip();
         let mut undo = Undo {
             lock: Some(self.clone()),
             owner: owner.clone(),
@@ -771,8 +779,8 @@ impl Redlock {
                 granted: tokens.len(),
                 lease: state,
                 stop,
-                hold: Some(crate::observe::Hold::new(
-                    crate::observe::Labels::of("redlock", self.name(), inner.metric_names),
+                hold: Some(crate::engine::observe::Hold::new(
+                    crate::engine::observe::Labels::of("redlock", self.name(), inner.metric_names),
                     self.name(),
                 )),
             }));
@@ -975,7 +983,7 @@ impl Drop for Undo {
         if let Some(lock) = self.lock.take() {
             let owner = self.owner.clone();
             let after = std::mem::take(&mut self.after);
-            crate::task::detach(
+            crate::engine::task::detach(
                 "undoing a cancelled Redlock round",
                 "grants that landed stay until their lease runs out",
                 async move {
@@ -1074,10 +1082,10 @@ pub struct RedlockGuard {
     /// Stops the watchdog.
     stop: CancellationToken,
     /// Metrics of this hold.
-    hold: Option<crate::observe::Hold>,
+    hold: Option<crate::engine::observe::Hold>,
 }
 
-impl crate::observe::Grant for RedlockGuard {
+impl crate::engine::observe::Grant for RedlockGuard {
     fn token(&self) -> Option<u64> {
         Some(self.token)
     }
@@ -1183,7 +1191,7 @@ impl Drop for RedlockGuard {
         if let Some(owner) = self.owner.take() {
             let lock = self.lock.clone();
             let after = std::mem::take(&mut self.after);
-            crate::task::detach(
+            crate::engine::task::detach(
                 "Redlock guard dropped",
                 "the lock stays until its lease runs out",
                 async move {

@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{Arg, Batcher, Call};
 use crate::client::Client;
+use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::lease::{LeaseState, LostSignal};
+use crate::engine::notify::Check;
+use crate::engine::renewal::{Hold, Ownership, Registration};
+use crate::engine::task::detach;
+use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
-use crate::lease::{LeaseState, LostSignal};
-use crate::notify::Check;
-use crate::renewal::{Hold, Ownership, Registration};
+use crate::scripts;
 use crate::semaphore::wake_for_permits;
-use crate::task::detach;
-use crate::{keys, scripts, validate};
 
 /// Sends of one acquire attempt when its reply is lost (timeout or dropped
 /// connection). Resending is safe: the script is idempotent per permit id.
@@ -272,9 +273,12 @@ impl ExpirableSemaphore {
     /// Tries, then waits on the channel, re-checking no later than when the
     /// nearest lease runs out (nothing announces an expiry).
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
-        let labels =
-            crate::observe::Labels::new(&self.shared.client, "permit-semaphore", self.name());
-        crate::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+        let labels = crate::engine::observe::Labels::new(
+            &self.shared.client,
+            "permit-semaphore",
+            self.name(),
+        );
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
@@ -399,8 +403,12 @@ impl ExpirableSemaphore {
             lease: registration.state().clone(),
             registration: Some(registration),
             id,
-            hold: Some(crate::observe::Hold::new(
-                crate::observe::Labels::new(&self.shared.client, "permit-semaphore", self.name()),
+            hold: Some(crate::engine::observe::Hold::new(
+                crate::engine::observe::Labels::new(
+                    &self.shared.client,
+                    "permit-semaphore",
+                    self.name(),
+                ),
                 self.name(),
             )),
         }))
@@ -442,10 +450,10 @@ pub struct Permit {
     /// The permit id, 32 hex digits (Redisson stores the 16 bytes).
     id: Arc<str>,
     /// Metrics of this hold.
-    hold: Option<crate::observe::Hold>,
+    hold: Option<crate::engine::observe::Hold>,
 }
 
-impl crate::observe::Grant for Permit {}
+impl crate::engine::observe::Grant for Permit {}
 
 impl Permit {
     /// The permit id, as [`ExpirableSemaphore::release_by_id`] takes it.

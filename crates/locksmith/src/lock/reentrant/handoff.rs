@@ -71,7 +71,7 @@ struct Registry {
 
 /// A parked waiter's place in the queue, and its mailbox for a grant.
 #[derive(Debug)]
-pub(super) struct Ticket {
+pub(in crate::lock) struct Ticket {
     /// The waiter's handle: owner, name and lease of the grant to make.
     lock: Lock,
     /// Where the waiter is in the hand-off protocol.
@@ -97,7 +97,7 @@ enum State {
 }
 
 /// What a waiter may do next, from [`TicketGuard::claim`].
-pub(super) enum Claim {
+pub(in crate::lock) enum Claim {
     /// Run an own acquire attempt, then call [`TicketGuard::reopen`].
     Attempt,
     /// A hand-off is in progress: wait for the ticket's notification.
@@ -135,7 +135,7 @@ impl Handoffs {
     /// and is not busy, and marks it offered. `None` when there is none or
     /// hand-off is disabled. Past the streak limit the offer is only
     /// good if no other client listens for the lock ([`Offer::if_alone`]).
-    pub(super) fn offer(&self, name: &str) -> Option<Offer> {
+    pub(in crate::lock) fn offer(&self, name: &str) -> Option<Offer> {
         if self.limit == 0 {
             return None;
         }
@@ -174,14 +174,14 @@ impl Handoffs {
     }
 
     /// The lock `name` was freed for real (or lost): a new streak starts.
-    pub(super) fn freed(&self, name: &str) {
+    pub(in crate::lock) fn freed(&self, name: &str) {
         self.registry().streaks.remove(name);
     }
 
     /// The lock `name` is (about to be) freed for real because the streak
     /// limit was reached while other clients wait: this client's waiters
     /// hold back until `until` so one of those gets it.
-    pub(super) fn yield_to_others(&self, name: &str, until: Instant) {
+    pub(in crate::lock) fn yield_to_others(&self, name: &str, until: Instant) {
         let mut registry = self.registry();
         // Forget yields that are over, so the map does not grow per name.
         let now = Instant::now();
@@ -190,13 +190,13 @@ impl Handoffs {
     }
 
     /// The release did not free the lock after all: no yield.
-    pub(super) fn clear_yield(&self, name: &str) {
+    pub(in crate::lock) fn clear_yield(&self, name: &str) {
         self.registry().yields.remove(name);
     }
 
     /// Until when an acquire of `name` from this client should hold back,
     /// if a yield is in force.
-    pub(super) fn yielding_until(&self, name: &str) -> Option<Instant> {
+    pub(in crate::lock) fn yielding_until(&self, name: &str) -> Option<Instant> {
         let mut registry = self.registry();
         let until = *registry.yields.get(name)?;
         if until <= Instant::now() {
@@ -214,14 +214,14 @@ impl Ticket {
 }
 
 /// A waiter's ticket; leaves the queue on drop.
-pub(super) struct TicketGuard {
+pub(in crate::lock) struct TicketGuard {
     /// The ticket, shared with the registry and any releaser offering it.
     ticket: Arc<Ticket>,
 }
 
 impl TicketGuard {
     /// Queues a ticket for `lock` at the back of its lock's queue.
-    pub(super) fn join(lock: &Lock) -> TicketGuard {
+    pub(in crate::lock) fn join(lock: &Lock) -> TicketGuard {
         let ticket = Arc::new(Ticket {
             lock: lock.clone(),
             state: Mutex::new(State::Open),
@@ -238,7 +238,7 @@ impl TicketGuard {
     }
 
     /// Decides the waiter's next step; see [`Claim`].
-    pub(super) fn claim(&self) -> Claim {
+    pub(in crate::lock) fn claim(&self) -> Claim {
         let mut state = self.ticket.lock_state();
         match std::mem::replace(&mut *state, State::Attempting) {
             State::Granted(guard) => Claim::Granted(guard),
@@ -251,7 +251,7 @@ impl TicketGuard {
     }
 
     /// The waiter's own attempt is over: it may be offered the lock again.
-    pub(super) fn reopen(&self) {
+    pub(in crate::lock) fn reopen(&self) {
         let mut state = self.ticket.lock_state();
         if matches!(*state, State::Attempting) {
             *state = State::Open;
@@ -259,7 +259,7 @@ impl TicketGuard {
     }
 
     /// A grant that arrived while parked, if any.
-    pub(super) fn take_granted(&self) -> Option<LockGuard> {
+    pub(in crate::lock) fn take_granted(&self) -> Option<LockGuard> {
         let mut state = self.ticket.lock_state();
         if !matches!(*state, State::Granted(_)) {
             return None;
@@ -272,7 +272,7 @@ impl TicketGuard {
 
     /// Resolves when an offer of this ticket was resolved (granted or
     /// declined) since the last call.
-    pub(super) async fn notified(&self) {
+    pub(in crate::lock) async fn notified(&self) {
         self.ticket.notify.notified().await;
     }
 }
@@ -308,7 +308,7 @@ impl Drop for TicketGuard {
 /// A releaser's offer to one waiter, holding that waiter's hold state
 /// locked until the outcome is known. Dropped unresolved (the releasing
 /// future was cancelled), it counts as an unknown outcome.
-pub(super) struct Offer {
+pub(in crate::lock) struct Offer {
     /// The successor's handle (the ticket's).
     successor: Lock,
     /// The offered ticket; taken when resolved.
@@ -321,20 +321,20 @@ pub(super) struct Offer {
 
 impl Offer {
     /// The successor's handle.
-    pub(super) fn lock(&self) -> &Lock {
+    pub(in crate::lock) fn lock(&self) -> &Lock {
         &self.successor
     }
 
     /// Whether the hand-off must only happen when no other client listens
     /// on the lock's channel (the streak limit was reached).
-    pub(super) fn if_alone(&self) -> bool {
+    pub(in crate::lock) fn if_alone(&self) -> bool {
         self.if_alone
     }
 
     /// The hand-off landed with fencing token `token` (the granting call was
     /// sent at `sent_at`): record the grant in the successor's hold state
     /// and deliver its guard.
-    pub(super) fn complete(mut self, token: i64, sent_at: Instant) {
+    pub(in crate::lock) fn complete(mut self, token: i64, sent_at: Instant) {
         let guard = match self.hold.as_mut() {
             Some(hold) => self.successor.grant(hold, token, 1, sent_at),
             None => return self.decline(true),
@@ -379,7 +379,7 @@ impl Offer {
     /// release freed the lock, its message wakes waiters here and elsewhere
     /// alike, which keeps the race fair). If the waiter went away, a
     /// hand-off that may have landed is undone.
-    pub(super) fn decline(mut self, maybe_landed: bool) {
+    pub(in crate::lock) fn decline(mut self, maybe_landed: bool) {
         self.resolve_declined(maybe_landed);
     }
 

@@ -1,0 +1,715 @@
+//! The reentrant distributed lock, laid out like Redisson's `RLock`.
+//!
+//! A [`Lock`] is a handle: a lock name plus an *owner*. The owner is this
+//! client's UUID plus a holder id (`<uuid>:<holder-id>`, the shape of
+//! Redisson's `<uuid>:<thread-id>`). Every call to [`Client::lock`] makes a
+//! new owner; clones of a handle share it. Async tasks have no stable
+//! thread identity, so ownership follows the handle, not the task: two
+//! tasks that must exclude each other each call `client.lock(name)`; code
+//! that re-enters the lock passes the same handle (or a clone) down.
+
+mod guard;
+mod handoff;
+pub(in crate::lock) mod release;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::renewal::{Hold, Ownership, Registration};
+use crate::engine::{keys, validate};
+use crate::error::{Error, Result};
+use crate::scripts;
+
+pub use guard::LockGuard;
+use handoff::Handoffs;
+
+use handoff::{Claim, TicketGuard};
+use release::{forget, release_locked, PendingRelease, Rollback};
+
+/// Attempts per script call when the reply is lost (timeout or dropped
+/// connection). Resending is safe because the scripts are idempotent.
+pub(in crate::lock) const ATTEMPTS: usize = 3;
+
+/// While a local release is handing the lock to a waiter, the waiter's
+/// fallback re-check comes no sooner than this (the outcome normally
+/// arrives through its ticket first).
+const OFFER_POLL: Duration = Duration::from_millis(20);
+
+/// Source of holder ids, unique within this process.
+pub(in crate::lock) static NEXT_HOLDER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A reentrant distributed lock handle.
+///
+/// A handle is a lock name plus an *owner*: this client's UUID and a holder
+/// id (`<uuid>:<holder-id>`, the shape of Redisson's `<uuid>:<thread-id>`).
+/// Every [`Client::lock`] call makes a new owner; clones of a handle share
+/// it. Async tasks have no stable thread identity, so ownership follows the
+/// handle, not the task: tasks that must exclude each other each call
+/// `client.lock(name)`; code that re-enters the lock passes the same handle
+/// (or a clone) down. See [`guides::locks`](crate::guides::locks).
+///
+/// ```no_run
+/// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+/// let lock = client.lock("inventory:42")?;
+/// let guard = lock.lock().await?;            // waits; lease renewed by the watchdog
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lock {
+    /// Owner identity and hold state; shared by clones.
+    pub(in crate::lock) shared: Arc<Shared>,
+    /// A fixed lease for acquisitions through this handle, or `None` for a
+    /// watchdog-renewed lease of the client's default length.
+    pub(in crate::lock) lease: Option<Duration>,
+}
+
+/// What every reentrant lock of one client shares: its script batchers and
+/// its local hand-off registry. Lives in the client as the lock's room (see
+/// [`Client::room`]), made on the first `client.lock(...)`.
+#[derive(Debug)]
+pub(crate) struct LockRoom {
+    /// Coalesces concurrent acquires into shared script calls.
+    acquire: Batcher,
+    /// Coalesces concurrent releases into shared script calls.
+    release: Batcher,
+    /// Waiters parked for local hand-off, by lock name.
+    handoffs: Handoffs,
+}
+
+impl LockRoom {
+    fn new(client: &Client) -> Self {
+        LockRoom {
+            acquire: client.batcher(&scripts::LOCK_ACQUIRE),
+            release: client.batcher(&scripts::LOCK_RELEASE),
+            handoffs: Handoffs::new(client.config().max_local_handoffs),
+        }
+    }
+}
+
+/// What clones of a [`Lock`] share.
+#[derive(Debug)]
+pub(in crate::lock) struct Shared {
+    /// The client the lock lives in.
+    pub(in crate::lock) client: Client,
+    /// The client's state for all its reentrant locks.
+    pub(in crate::lock) room: Arc<LockRoom>,
+    /// The lock name: also the key of the lock hash. Shared (`Arc`) with
+    /// the script calls that carry it, so a call copies no names.
+    pub(in crate::lock) name: Arc<str>,
+    /// Fencing counter key.
+    pub(in crate::lock) token_key: Arc<str>,
+    /// Release channel.
+    pub(in crate::lock) channel: Arc<str>,
+    /// This owner's field in the lock hash.
+    pub(in crate::lock) owner: Arc<str>,
+    /// Serializes acquire and release of this owner, so the hold count sent
+    /// with each script call matches the server's.
+    pub(in crate::lock) state: Arc<Mutex<HoldState>>,
+}
+
+/// This owner's hold, as last confirmed by the server.
+#[derive(Debug, Default)]
+pub(in crate::lock) struct HoldState {
+    /// Current hold count of this owner.
+    pub(in crate::lock) count: u32,
+    /// Fencing token of the current hold episode.
+    pub(in crate::lock) token: u64,
+    /// Watchdog registration of the current episode (also for fixed leases,
+    /// where it only runs the expiry timer).
+    pub(in crate::lock) registration: Option<Registration>,
+}
+
+/// Outcome of one acquire attempt.
+enum Attempt {
+    Granted(LockGuard),
+    Busy(Duration),
+}
+
+/// A snapshot of a lock's state on the server, from [`Lock::info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Owner fields (`<uuid>:<holder-id>`) and their hold counts.
+    pub holders: Vec<(String, u64)>,
+    /// Time to live of the lock key, if it is held and has one.
+    pub remaining_lease: Option<Duration>,
+    /// Current value of the fencing counter (0 if never granted).
+    pub fencing_counter: u64,
+}
+
+impl LockInfo {
+    /// True when anyone holds the lock.
+    pub fn is_locked(&self) -> bool {
+        !self.holders.is_empty()
+    }
+}
+
+impl Client {
+    /// Number of lock waiters parked for local hand-off, for diagnostics
+    /// and tests.
+    pub fn parked_waiter_count(&self) -> usize {
+        self.room(LockRoom::new).handoffs.len()
+    }
+
+    /// Number of locks this client has handed from one of its owners
+    /// straight to another (see [`ClientBuilder::max_local_handoffs`]), for
+    /// diagnostics and tests.
+    ///
+    /// [`ClientBuilder::max_local_handoffs`]: crate::ClientBuilder::max_local_handoffs
+    pub fn local_handoff_count(&self) -> u64 {
+        self.room(LockRoom::new).handoffs.completed()
+    }
+
+    /// A handle on the reentrant lock `name`, with a new owner.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit.
+    pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
+        let name = name.into();
+        self.check_name(&name)?;
+        let holder = NEXT_HOLDER_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(Lock {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                room: self.room(LockRoom::new),
+                token_key: keys::lock_token(&name).into(),
+                channel: keys::lock_channel(&name).into(),
+                owner: format!("{}:{holder}", self.id().hyphenated()).into(),
+                name: name.into(),
+                state: Arc::new(Mutex::new(HoldState::default())),
+            }),
+            lease: None,
+        })
+    }
+}
+
+impl Lock {
+    /// The client the lock lives in (for MultiLock's ordering and routing).
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    /// The same owner with a fixed lease: acquisitions through the returned
+    /// handle expire after `lease` unless released, and the watchdog does
+    /// not renew them (as in Redisson when a lease time is given).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lease under 10 ms or beyond what
+    /// Redis accepts.
+    pub fn with_lease(&self, lease: Duration) -> Result<Lock> {
+        validate::lease(lease)?;
+        Ok(Lock {
+            shared: self.shared.clone(),
+            lease: Some(lease),
+        })
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Waits as long as it takes and acquires the lock.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts talking to Redis (after retries);
+    /// [`Error::WrongType`] when the key holds something else;
+    /// [`Error::NotHeld`] when this owner re-enters a hold that was lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
+    /// registration and hand-off ticket go with it; a request not yet sent is
+    /// withdrawn; a sent acquire whose reply was not read is undone by a
+    /// background release sent only after that call settled, so the grant
+    /// cannot overtake it; a hand-off arriving after the drop is released like
+    /// a dropped guard. Until the undo lands the lock may be held by no guard:
+    /// about one round trip, or until the lease ends if Redis is unreachable.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        loop {
+            // Without a deadline `acquire` only returns with the lock.
+            if let Some(guard) = self.acquire(None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries once; `None` when someone else holds the lock.
+    ///
+    /// It does not wait for other holders. It may wait for this owner's own
+    /// release that is still being resent in the background after Redis
+    /// stopped answering (see docs/locks.md, "Lost replies"), at most as
+    /// long as one attempt may take (three sends of the command timeout);
+    /// then it answers `None`.
+    ///
+    /// # Errors
+    /// As for [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`]. It does not queue, so only two parts
+    /// apply: a request not yet sent is withdrawn, and a sent acquire whose
+    /// reply was not read is undone in the background after that call settled.
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Duration::ZERO)).await
+    }
+
+    /// Waits at most `wait`; `None` when the lock could not be acquired in
+    /// time. (A wait shorter than one attempt's own time is stretched to
+    /// it only while this owner's own release settles in the background,
+    /// as for [`Lock::try_lock`].)
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
+    /// for [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`]: dropping the future (for example on an
+    /// outer timeout) leaves no registration, ticket, queued request or grant
+    /// behind.
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock right now.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
+    pub async fn is_locked(&self) -> Result<bool> {
+        key_exists(&self.shared.client, &self.shared.name).await
+    }
+
+    /// This owner's hold count according to the server (0 when it does
+    /// not hold the lock).
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
+    pub async fn hold_count(&self) -> Result<u64> {
+        let mut conn = self.shared.client.connection();
+        let n: Option<u64> = redis::cmd("HGET")
+            .arg(&*self.shared.name)
+            .arg(&*self.shared.owner)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// The lock key's remaining time to live on the server; `None` when it
+    /// is not held (or has no expiry).
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let mut conn = self.shared.client.connection();
+        let ms: i64 = redis::cmd("PTTL")
+            .arg(&*self.shared.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_err(e))?;
+        Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+    }
+
+    /// Holders, remaining lease and fencing counter, read atomically.
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, [`Error::WrongType`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future changes nothing.
+    pub async fn info(&self) -> Result<LockInfo> {
+        let mut invocation = scripts::LOCK_INFO.prepare_invoke();
+        invocation
+            .key(&*self.shared.name)
+            .key(&*self.shared.token_key);
+        let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = self
+            .shared
+            .client
+            .invoke(&invocation, &self.shared.name)
+            .await?;
+        Ok(LockInfo {
+            holders,
+            remaining_lease: u64::try_from(ttl).ok().map(Duration::from_millis),
+            fencing_counter: counter.unwrap_or(0),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. An admin
+    /// operation: the holder is not told except through its lost signal at
+    /// the next renewal. Returns whether a lock was deleted.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the command was sent,
+    /// the lock may or may not have been deleted (and its waiters woken);
+    /// [`Lock::is_locked`] shows where it stands. Nothing else is left behind.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
+    }
+
+    fn map_err(&self, err: redis::RedisError) -> Error {
+        self.shared.client.map_err(err, Some(&self.shared.name))
+    }
+
+    /// The lease to request: fixed, or the client's watchdog lease.
+    pub(in crate::lock) fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| self.shared.client.config().lease)
+    }
+
+    /// The acquire loop: try (or, when this client's waiters already queue
+    /// for the lock, join them directly); if busy, join the channel's
+    /// waiters, try again if a release may have slipped in before joining
+    /// (always when the subscription is new), then sleep until woken or until the holder's lease or
+    /// our wait runs out, and try again.
+    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let labels = crate::engine::observe::Labels::new(&self.shared.client, "lock", self.name());
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
+    }
+
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        let deadline = wait.map(validate::deadline).transpose()?;
+        let hub = self.shared.client.hub();
+        let channel = &self.shared.channel;
+        let seen = hub.seq(channel);
+        // Other waiters of this client queue already: the lock is held, so
+        // join them without a round trip (unless only one try is wanted, or
+        // this owner holds the lock and is re-entering: that never waits).
+        let queued = match wait {
+            Some(w) if w.is_zero() => None,
+            _ if !self.holds_nothing() => None,
+            _ => hub.busy_until(channel),
+        };
+        let mut busy_until = match queued {
+            Some(until) => until,
+            None => match self.attempt_unless_yielding(deadline).await? {
+                Attempt::Granted(guard) => return Ok(Some(guard)),
+                Attempt::Busy(pttl) => Instant::now() + pttl,
+            },
+        };
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(None);
+        }
+        metrics::counter!("locksmith_lock_waits_total").increment(1);
+        let waiter = hub
+            .register(channel, crate::engine::notify::wake_one, 1, deadline)
+            .await;
+        waiter.note_busy(busy_until);
+        // Parked in this client's hand-off queue: a local holder's release
+        // may grant us the lock directly.
+        let ticket = TicketGuard::join(self);
+        // Re-check unless the channel was already subscribed before the
+        // attempt and no message arrived since: then no release can have
+        // slipped between the attempt and joining the queue.
+        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
+        loop {
+            let mut offered = false;
+            if let Some(guard) = ticket.take_granted() {
+                return Ok(Some(guard));
+            }
+            if recheck {
+                match ticket.claim() {
+                    Claim::Granted(guard) => return Ok(Some(guard)),
+                    // A local release is handing the lock to us: its outcome
+                    // arrives through the ticket.
+                    Claim::Pending => offered = true,
+                    Claim::Attempt => {
+                        let result = self.attempt_unless_yielding(deadline).await;
+                        ticket.reopen();
+                        match result? {
+                            Attempt::Granted(guard) => return Ok(Some(guard)),
+                            Attempt::Busy(pttl) => {
+                                busy_until = Instant::now() + pttl;
+                                waiter.note_busy(busy_until);
+                            }
+                        }
+                    }
+                }
+            }
+            recheck = true;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                // Out of time; a grant parked meanwhile is released with the
+                // ticket.
+                return Ok(None);
+            }
+            // A lost message costs at most the holder's remaining lease.
+            // While an offer is pending its outcome comes through the
+            // ticket within a round trip: a lease end already past must not
+            // turn the wait into a spin.
+            let mut until = if offered {
+                busy_until.max(now + OFFER_POLL)
+            } else {
+                busy_until
+            };
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            tokio::select! {
+                _ = waiter.wait_until(until) => {}
+                _ = ticket.notified() => {}
+            }
+        }
+    }
+
+    /// True when this owner is known to hold nothing right now (its state
+    /// is not locked by a call in progress and its count is zero).
+    fn holds_nothing(&self) -> bool {
+        self.shared
+            .state
+            .try_lock()
+            .is_ok_and(|state| state.count == 0)
+    }
+
+    /// [`Lock::attempt`], after holding back while this client yields the
+    /// lock to other clients (see [`handoff`]); never past `deadline`.
+    async fn attempt_unless_yielding(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        if let Some(mut until) = self.shared.room.handoffs.yielding_until(&self.shared.name) {
+            if self.holds_nothing() {
+                if let Some(d) = deadline {
+                    until = until.min(d);
+                }
+                tokio::time::sleep_until(until).await;
+            }
+        }
+        self.attempt(deadline).await
+    }
+
+    /// One acquire script call (resent on a lost reply), serialized with
+    /// this owner's other acquires and releases. A release or rollback of
+    /// this owner may be settling in the background while Redis is
+    /// unreachable; with a `deadline`, the wait for it is bounded by the
+    /// deadline or by what one attempt may take anyway (its sends and
+    /// resends), whichever is later, and then the answer is busy.
+    async fn attempt(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        let lease = self.lease();
+        let client = &self.shared.client;
+        client.ensure_background();
+        let locking = self.shared.state.clone().lock_owned();
+        let state = match deadline {
+            None => locking.await,
+            Some(d) => {
+                let own = client.config().command_timeout * ATTEMPTS as u32;
+                let bound = d.max(Instant::now() + own);
+                match tokio::time::timeout_at(bound, locking).await {
+                    Ok(state) => state,
+                    Err(_) => return Ok(Attempt::Busy(Duration::ZERO)),
+                }
+            }
+        };
+        let expected = state.count;
+        // Armed before the call: if this future is dropped while the call
+        // is in flight (or an error leaves its outcome unknown), the grant
+        // may have landed; the rollback undoes it, after the call settled.
+        let mut rollback = Rollback {
+            shared: self.shared.clone(),
+            state: Some(state),
+            expected_after: expected + 1,
+            lease,
+            after: None,
+            until: Instant::now() + lease,
+        };
+        let call = Call::new(
+            2,
+            [
+                Arg::Text(self.shared.name.clone()),
+                Arg::Text(self.shared.token_key.clone()),
+                Arg::Int(lease.as_millis() as u64),
+                Arg::Text(self.shared.owner.clone()),
+                Arg::Int(u64::from(expected)),
+            ],
+        );
+        let first_sent = Instant::now();
+        let mut attempt = 0;
+        let (reply, sent_at, acked): (Vec<i64>, Instant, Option<u32>) = loop {
+            attempt += 1;
+            let sent_at = Instant::now();
+            let (tracker, tracked) = crate::engine::batch::tracker();
+            rollback.after = Some(tracked);
+            let reply = self
+                .shared
+                .room
+                .acquire
+                .call(call.clone(), Some(tracker))
+                .await;
+            match reply {
+                Ok((reply, acked)) => break (reply, sent_at, acked),
+                Err(e) => {
+                    let e = client.map_err(e, Some(&self.shared.name));
+                    if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                        tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
+                    } else {
+                        // The rollback releases a grant that may have landed.
+                        return Err(self.name_wrong_type(e).await);
+                    }
+                }
+            }
+        };
+        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
+        let acks = client.acks();
+        if matches!(field(0), 1 | 2) && acks.short(acked) {
+            // Too few replicas saw the grant: a failover now could lose
+            // it. The armed rollback undoes it (this owner's count goes
+            // back to what it was).
+            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+            return Err(Error::NotReplicated {
+                name: self.shared.name.to_string(),
+                acked: acked.unwrap_or(0),
+                wanted: acks.min,
+            });
+        }
+        let Some(mut state) = rollback.state.take() else {
+            return Err(self.not_held());
+        };
+        let (status, value, count) = (field(0), field(1), u32::try_from(field(2)).unwrap_or(0));
+        let left = reply.get(3).copied();
+        match status {
+            // Granted by this send: the lease runs from it.
+            1 => self
+                .grant(&mut state, value, count, sent_at)
+                .map(Attempt::Granted),
+            // Granted earlier: by an earlier send of this attempt (the
+            // lease then runs from the first send at the latest), or a
+            // grant left over from an attempt given up on (older still).
+            // The server's remaining TTL, read by this send, caps it.
+            2 => {
+                let guard = self.grant(&mut state, value, count, first_sent)?;
+                if let (Some(reg), Some(ms)) = (&state.registration, left) {
+                    let ms = u64::try_from(ms).unwrap_or(0);
+                    reg.maybe_rearmed(sent_at, Duration::from_millis(ms));
+                }
+                Ok(Attempt::Granted(guard))
+            }
+            0 => Ok(Attempt::Busy(match u64::try_from(value) {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                // No expiry on the key (set by someone else without a
+                // lease): re-check periodically.
+                _ => Duration::from_millis(100),
+            })),
+            _ => {
+                // The server does not know this owner's holds: they were
+                // lost. Start over from nothing, so the handle can acquire
+                // afresh once the lock is free.
+                forget(&mut state);
+                Err(self.not_held())
+            }
+        }
+    }
+
+    /// A wrong-type error of an acquire names the lock key; if it is the
+    /// fencing counter that holds something else, name that instead.
+    async fn name_wrong_type(&self, err: Error) -> Error {
+        let token_key = &*self.shared.token_key;
+        self.shared
+            .client
+            .name_wrong_key(err, &[(token_key, "string")])
+            .await
+    }
+
+    /// Records a grant confirmed by the server (a hold count of `count`,
+    /// `token` for a first hold) in this owner's state and makes its guard.
+    /// `armed_at` is when the call that set the lease was sent; the local
+    /// lease runs from there.
+    pub(in crate::lock) fn grant(
+        &self,
+        state: &mut HoldState,
+        token: i64,
+        count: u32,
+        armed_at: Instant,
+    ) -> Result<LockGuard> {
+        let lease = self.lease();
+        // A count without a registration means a background task that
+        // owned the state ended early; the server just granted, so the hold
+        // is registered afresh rather than refused.
+        if state.count == 0 || state.registration.is_none() {
+            state.token = u64::try_from(token).unwrap_or(0);
+            state.registration = Some(self.shared.client.renewer().register(
+                Hold {
+                    key: self.shared.name.clone(),
+                    ownership: Ownership::HashField,
+                    owner: self.shared.owner.clone(),
+                    lease,
+                    renew: self.lease.is_none(),
+                },
+                armed_at,
+            ));
+        } else if let Some(reg) = &state.registration {
+            reg.rearmed(armed_at, lease);
+        }
+        state.count = count;
+        let lease_state = match &state.registration {
+            Some(reg) => reg.state().clone(),
+            None => return Err(self.not_held()),
+        };
+        Ok(LockGuard::reentrant(self.clone(), state.token, lease_state))
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.shared.name.to_string(),
+        }
+    }
+
+    /// Releases one hold of this owner (used by [`LockGuard`]).
+    ///
+    /// Cancel safe: dropped before it holds the owner's state, a release is
+    /// sent in the background; dropped after, the release in flight is
+    /// finished in the background (see [`InFlight`]).
+    async fn release_one(&self) -> Result<()> {
+        let mut pending = PendingRelease(Some(self.clone()));
+        let state = self.shared.state.clone().lock_owned().await;
+        pending.0 = None;
+        release_locked(&self.shared, state, self.lease(), true, Instant::now()).await
+    }
+}
+
+/// Whether the lock key exists (shared by both lock kinds).
+pub(in crate::lock) async fn key_exists(client: &Client, name: &str) -> Result<bool> {
+    let mut conn = client.connection();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| client.map_err(e, Some(name)))?;
+    Ok(n == 1)
+}
+
+/// Deletes a lock key whoever holds it and publishes the release message
+/// (shared by both lock kinds).
+pub(in crate::lock) async fn force_unlock(
+    client: &Client,
+    name: &str,
+    channel: &str,
+) -> Result<bool> {
+    let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+    invocation
+        .key(name)
+        .key(channel)
+        .arg(keys::UNLOCK_MESSAGE)
+        .arg(client.notify_mode().code());
+    let deleted: i64 = client.invoke(&invocation, name).await?;
+    Ok(deleted == 1)
+}

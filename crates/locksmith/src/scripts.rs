@@ -1,0 +1,75 @@
+//! The catalogue of every script the crate runs, each declared with the
+//! preludes it needs (composed once by `engine::scripts`). A script's file
+//! lives in its primitive's folder, next to the Rust that calls it, with
+//! its KEYS/ARGV contract at the top.
+
+use std::sync::LazyLock;
+
+use crate::engine::scripts::{Lua, ANNOUNCE};
+
+macro_rules! catalogue {
+    ($( $name:ident = $file:literal $( after [$($prelude:expr),+] )? ; )*) => {
+        $(
+            #[doc = concat!("`", $file, ".lua` and its preludes.")]
+            pub(crate) static $name: LazyLock<Lua> = LazyLock::new(|| {
+                Lua::compose($file, &[$($($prelude),+)?], include_str!(concat!($file, ".lua")))
+            });
+        )*
+        /// Every script, for [`source`].
+        static ALL: &[&LazyLock<Lua>] = &[$(&$name),*];
+    };
+}
+
+catalogue! {
+    LOCK_ACQUIRE = "lock/reentrant/acquire";
+    LOCK_RELEASE = "lock/reentrant/release" after [ANNOUNCE];
+    FORCE_UNLOCK = "lock/reentrant/force_unlock" after [ANNOUNCE];
+    LOCK_INFO = "lock/reentrant/info";
+    RENEW = "engine/renew";
+    SIMPLE_ACQUIRE = "lock/simple/acquire";
+    SIMPLE_RELEASE = "lock/simple/release" after [ANNOUNCE];
+    MULTI_ACQUIRE = "lock/multi/acquire";
+    FAIR_ACQUIRE = "lock/fair/acquire" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_LEAVE = "lock/fair/leave" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_INFO = "lock/fair/info";
+    RW_ACQUIRE = "lock/rw/acquire" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
+    RW_RELEASE = "lock/rw/release" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
+    RW_INFO = "lock/rw/info";
+    SEMAPHORE_ACQUIRE = "semaphore/counting/acquire";
+    SEMAPHORE_UPDATE = "semaphore/counting/update" after [ANNOUNCE];
+    EXPIRABLE_ACQUIRE = "semaphore/expirable/acquire"
+        after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
+    EXPIRABLE_UPDATE = "semaphore/expirable/update"
+        after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
+    LATCH = "latch/latch" after [ANNOUNCE];
+    FENCED_WRITE = "fenced/write";
+}
+
+/// The whole source of one of the crate's Lua scripts, preludes included,
+/// exactly as it is sent to Redis; `None` for an unknown name.
+///
+/// Names are the script files' paths under the crate's `src/`, without
+/// `.lua`: `"lock/reentrant/acquire"`, `"lock/reentrant/release"`,
+/// `"semaphore/counting/acquire"`, ... ([`script_names`] lists them). Meant
+/// for tools that fire the scripts without the client around them (the
+/// benchmark's raw ceiling) and for reading what runs on the server; the
+/// KEYS/ARGV contract is at the top of each script's own part and may
+/// change between versions.
+///
+/// ```
+/// let acquire = locksmith::script_source("lock/reentrant/acquire").unwrap();
+/// assert!(acquire.contains("next_token"));
+/// assert!(locksmith::script_source("no/such/script").is_none());
+/// ```
+pub fn script_source(name: &str) -> Option<&'static str> {
+    ALL.iter()
+        .map(|lua| LazyLock::force(*lua))
+        .find(|lua| lua.name() == name)
+        .map(|lua| lua.source())
+}
+
+/// The names [`script_source`] answers for.
+pub fn script_names() -> impl Iterator<Item = &'static str> {
+    ALL.iter().map(|lua| LazyLock::force(*lua).name())
+}
