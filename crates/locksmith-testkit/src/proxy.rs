@@ -82,6 +82,20 @@ struct Shared {
     accepted: AtomicU64,
     /// Indexes of connections abandoned by [`FaultProxy::sever`].
     severed: Mutex<HashSet<u64>>,
+    /// An armed [`FaultProxy::cut_reply_after`], until it has cut.
+    cut: Mutex<Option<Cut>>,
+    /// Replies cut so far.
+    cuts: AtomicU64,
+}
+
+/// One reply to cut: the first one on the connection whose request
+/// carried `pattern`.
+#[derive(Debug)]
+struct Cut {
+    /// Bytes a request must contain.
+    pattern: Vec<u8>,
+    /// The connection that sent such a request, once one did.
+    doomed: Option<u64>,
 }
 
 impl Shared {
@@ -91,6 +105,33 @@ impl Shared {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// A request chunk passed on connection `index`: arms the cut for it
+    /// if the chunk carries the pattern.
+    fn saw_request(&self, index: u64, chunk: &[u8]) {
+        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cut) = cut.as_mut() {
+            if cut.doomed.is_none()
+                && chunk
+                    .windows(cut.pattern.len().max(1))
+                    .any(|w| w == cut.pattern.as_slice())
+            {
+                cut.doomed = Some(index);
+            }
+        }
+    }
+
+    /// A reply chunk arrived on connection `index`: true when it must be
+    /// cut (then the cut is spent).
+    fn cuts_reply(&self, index: u64) -> bool {
+        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        if cut.as_ref().is_some_and(|c| c.doomed == Some(index)) {
+            *cut = None;
+            self.cuts.fetch_add(1, Ordering::SeqCst);
+            return true;
+        }
+        false
     }
 
     fn is_severed(&self, index: u64) -> bool {
@@ -163,6 +204,25 @@ impl FaultProxy {
             .insert(index);
     }
 
+    /// Cuts one reply: the next request (on any connection) whose bytes
+    /// contain `pattern` is forwarded to the server, which runs it, and the
+    /// first reply data that comes back on that connection is dropped and
+    /// the connection closed with a reset. The client sees its connection
+    /// break with the command's outcome unknown although the server did
+    /// run it: the case where resending a command that is not idempotent
+    /// applies it twice. One-shot; [`FaultProxy::cuts`] counts the cuts.
+    pub fn cut_reply_after(&self, pattern: &[u8]) {
+        *self.shared.cut.lock().unwrap_or_else(|e| e.into_inner()) = Some(Cut {
+            pattern: pattern.to_vec(),
+            doomed: None,
+        });
+    }
+
+    /// Replies cut by [`FaultProxy::cut_reply_after`] so far.
+    pub fn cuts(&self) -> u64 {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
     /// `127.0.0.1:<port>` clients should connect to.
     pub fn addr(&self) -> String {
         self.addr.to_string()
@@ -220,11 +280,12 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
         let mut pumps = shared.pumps.lock().unwrap_or_else(|e| e.into_inner());
         // Forget finished connections so a long test does not grow the list.
         pumps.retain(|p| !p.is_finished());
-        for (from, to) in [(&client, &upstream), (&upstream, &client)] {
+        for (from, to, replies) in [(&client, &upstream, false), (&upstream, &client, true)] {
             let pump = Pump {
                 from: from.try_clone(),
                 to: to.try_clone(),
                 client: client.try_clone(),
+                replies,
                 generation,
                 index,
                 shared: shared.clone(),
@@ -252,6 +313,8 @@ struct Pump {
     to: io::Result<TcpStream>,
     /// The client side of the connection, which gets the reset.
     client: io::Result<TcpStream>,
+    /// True for the server-to-client direction.
+    replies: bool,
     /// `Shared::resets` when the connection was accepted.
     generation: u64,
     /// The connection's index, for [`FaultProxy::sever`].
@@ -264,6 +327,8 @@ struct Pump {
 enum End {
     /// The connection must be reset (mode `Reset`).
     Reset,
+    /// A reply was cut: reset the client and wake the other direction.
+    Cut,
     /// The connection is over (EOF, error or proxy drop).
     Close,
 }
@@ -274,6 +339,7 @@ impl Pump {
             return;
         };
         let ctl = Control {
+            replies: self.replies,
             generation: self.generation,
             index: self.index,
             shared: self.shared,
@@ -283,6 +349,12 @@ impl Pump {
                 // Both pumps of the connection see the reset; the RST goes
                 // out when the last handle of the client socket closes.
                 reset(&client);
+            }
+            End::Cut => {
+                reset(&client);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = from.shutdown(Shutdown::Both);
+                let _ = to.shutdown(Shutdown::Both);
             }
             End::Close => {
                 // Wake the other direction too.
@@ -295,6 +367,8 @@ impl Pump {
 
 /// What a pump checks on every tick.
 struct Control {
+    /// True for the server-to-client direction.
+    replies: bool,
     /// `Shared::resets` when the connection was accepted.
     generation: u64,
     /// The connection's index, for [`FaultProxy::sever`].
@@ -379,6 +453,13 @@ fn pump(from: &mut TcpStream, to: &mut TcpStream, ctl: &Control) -> End {
             Err(e) if is_tick(&e) => continue,
             Err(_) => return End::Close,
         };
+        if ctl.replies {
+            if ctl.shared.cuts_reply(ctl.index) {
+                return End::Cut;
+            }
+        } else {
+            ctl.shared.saw_request(ctl.index, &buf[..n]);
+        }
         if let Some(end) = ctl.hold() {
             return end;
         }

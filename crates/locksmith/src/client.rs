@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 use uuid::Uuid;
 
 use crate::engine::batch::Batcher;
 use crate::engine::conn::{Acks, NotifyMode, Timing};
 use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
+use crate::engine::scripts::{Invocation, Lua};
 use crate::engine::subscriber::Source;
 use crate::engine::topology::{
     self, check_deployment, explain_connect, replica_acks, server_major_version, Address, Conn,
@@ -573,10 +574,7 @@ impl Client {
 
     /// A batcher of `script` on this client's connection, waiting for the
     /// client's replica acknowledgements.
-    pub(crate) fn batcher(
-        &self,
-        script: &'static std::sync::LazyLock<crate::engine::scripts::Lua>,
-    ) -> Batcher {
+    pub(crate) fn batcher(&self, script: &'static std::sync::LazyLock<Lua>) -> Batcher {
         Batcher::new(script, self.inner.conn.clone(), self.inner.acks)
     }
 
@@ -592,18 +590,34 @@ impl Client {
         self.inner.renewer.len()
     }
 
-    /// Runs a prepared script invocation (EVALSHA, loading the script on
-    /// NOSCRIPT) and converts errors, naming `key` in a wrong-type error.
+    /// Runs a prepared script call (see [`Lua::run`]: at most once for a
+    /// script that is not idempotent, `WAIT` behind a write when replica
+    /// acknowledgement is on) and converts errors, naming `key` in a
+    /// wrong-type error. A write fewer replicas acknowledged than asked is
+    /// logged and counted (`locksmith_writes_not_replicated_total`): what
+    /// needs more (a grant) checks the acknowledgement itself.
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         key: &str,
     ) -> Result<T> {
-        let mut conn = self.conn();
-        invocation
-            .invoke_async(&mut conn)
+        let lua = invocation.lua();
+        let acks = self.acks();
+        let (value, acked) = lua
+            .run(&self.inner.conn, &invocation.cmd(), acks)
             .await
-            .map_err(|e| self.map_err(e, Some(key)))
+            .map_err(|e| self.map_err(e, Some(key)))?;
+        if acks.short(acked) {
+            metrics::counter!("locksmith_writes_not_replicated_total").increment(1);
+            tracing::warn!(
+                key,
+                script = lua.name(),
+                acked = acked.unwrap_or(0),
+                wanted = acks.min,
+                "a write was acknowledged by fewer replicas than asked; a failover now may lose it"
+            );
+        }
+        redis::from_redis_value(value).map_err(|e| self.map_err(e.into(), Some(key)))
     }
 
     /// A wrong-type error names the key a script was called for; when one

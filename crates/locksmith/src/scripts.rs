@@ -7,12 +7,17 @@ use std::sync::LazyLock;
 
 use crate::engine::scripts::{Lua, ANNOUNCE};
 
+/// `NAME (marks) = "path" after [preludes];` declares a script: its file
+/// (`path.lua`), the preludes it needs, and marks from [`Lua`]'s builder:
+/// `once` (not idempotent: never resent) and `read` (writes nothing: no
+/// `WAIT` behind it).
 macro_rules! catalogue {
-    ($( $name:ident = $file:literal $( after [$($prelude:expr),+] )? ; )*) => {
+    ($( $name:ident $(($($mark:ident),+))? = $file:literal $( after [$($prelude:expr),+] )? ; )*) => {
         $(
             #[doc = concat!("`", $file, ".lua` and its preludes.")]
             pub(crate) static $name: LazyLock<Lua> = LazyLock::new(|| {
                 Lua::compose($file, &[$($($prelude),+)?], include_str!(concat!($file, ".lua")))
+                    $($(.$mark())+)?
             });
         )*
         /// Every script, for [`source`].
@@ -24,7 +29,7 @@ catalogue! {
     LOCK_ACQUIRE = "lock/reentrant/acquire";
     LOCK_RELEASE = "lock/reentrant/release" after [ANNOUNCE];
     FORCE_UNLOCK = "lock/reentrant/force_unlock" after [ANNOUNCE];
-    LOCK_INFO = "lock/reentrant/info";
+    LOCK_INFO (read) = "lock/reentrant/info";
     RENEW = "engine/renew";
     SIMPLE_ACQUIRE = "lock/simple/acquire";
     SIMPLE_RELEASE = "lock/simple/release" after [ANNOUNCE];
@@ -32,17 +37,17 @@ catalogue! {
     FAIR_ACQUIRE = "lock/fair/acquire" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_LEAVE = "lock/fair/leave" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
-    FAIR_INFO = "lock/fair/info";
+    FAIR_INFO (read) = "lock/fair/info";
     RW_ACQUIRE = "lock/rw/acquire" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
     RW_RELEASE = "lock/rw/release" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
-    RW_INFO = "lock/rw/info";
-    SEMAPHORE_ACQUIRE = "semaphore/counting/acquire";
-    SEMAPHORE_UPDATE = "semaphore/counting/update" after [ANNOUNCE];
+    RW_INFO (read) = "lock/rw/info";
+    SEMAPHORE_ACQUIRE (once) = "semaphore/counting/acquire";
+    SEMAPHORE_UPDATE (once) = "semaphore/counting/update" after [ANNOUNCE];
     EXPIRABLE_ACQUIRE = "semaphore/expirable/acquire"
         after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
-    EXPIRABLE_UPDATE = "semaphore/expirable/update"
+    EXPIRABLE_UPDATE (once) = "semaphore/expirable/update"
         after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
-    LATCH = "latch/latch" after [ANNOUNCE];
+    LATCH (once) = "latch/latch" after [ANNOUNCE];
     FENCED_WRITE = "fenced/write";
 }
 

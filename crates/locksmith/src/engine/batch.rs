@@ -441,13 +441,12 @@ impl Shared {
     /// One script call for `batch`; hands every request its reply.
     ///
     /// The `EVALSHA` command is built in one buffer straight from the
-    /// requests' arguments; if the server does not know the script
-    /// (`NOSCRIPT`: restarted, flushed), it is loaded and the call sent
-    /// once more, as redis-rs's `Script` does.
+    /// requests' arguments and run by [`Lua::run`] (which reloads the
+    /// script on `NOSCRIPT` and never resends a script that is not
+    /// idempotent).
     async fn send(&self, batch: Vec<Request>) {
-        let mut cmd = redis::cmd("EVALSHA");
         let keys: usize = batch.iter().map(|r| r.call.keys).sum();
-        cmd.arg(self.script.get_hash()).arg(keys);
+        let mut cmd = self.script.evalsha(keys);
         for request in &batch {
             for key in request.call.keys() {
                 key.write(&mut cmd);
@@ -459,16 +458,11 @@ impl Shared {
             }
         }
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
-        let mut conn = self.conn.clone();
-        let mut reply = self.acks.query(&cmd, &mut conn).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-        {
-            metrics::counter!("locksmith_script_reloads_total").increment(1);
-            reply = match self.script.load_async(&mut conn).await {
-                Ok(_) => self.acks.query(&cmd, &mut conn).await,
-                Err(e) => Err(e),
-            };
-        }
+        let reply = self
+            .script
+            .run(&self.conn, &cmd, self.acks)
+            .await
+            .and_then(|(value, acked)| Ok((redis::from_redis_value::<Vec<Value>>(value)?, acked)));
         match reply {
             Ok((replies, acked)) if replies.len() == batch.len() => {
                 for (request, reply) in batch.into_iter().zip(replies) {

@@ -65,14 +65,13 @@ pub(crate) struct Acks {
 }
 
 impl Acks {
-    /// Sends `cmd` (a script call answering an array), followed by `WAIT`
-    /// when acknowledgements are wanted; answers the replies and how many
-    /// replicas acknowledged.
+    /// Sends `cmd`, followed by `WAIT` when acknowledgements are wanted;
+    /// answers the reply and how many replicas acknowledged.
     pub(crate) async fn query<C: redis::aio::ConnectionLike>(
         &self,
         cmd: &redis::Cmd,
         conn: &mut C,
-    ) -> RedisResult<(Vec<Value>, Option<u32>)> {
+    ) -> RedisResult<(Value, Option<u32>)> {
         if self.min == 0 {
             return Ok((cmd.query_async(conn).await?, None));
         }
@@ -81,8 +80,8 @@ impl Acks {
             .cmd("WAIT")
             .arg(self.min)
             .arg(self.timeout.as_millis() as u64);
-        let (replies, acked): (Vec<Value>, i64) = pipe.query_async(conn).await?;
-        Ok((replies, Some(u32::try_from(acked).unwrap_or(0))))
+        let (reply, acked): (Value, i64) = pipe.query_async(conn).await?;
+        Ok((reply, Some(u32::try_from(acked).unwrap_or(0))))
     }
 
     /// True when `acked` (from [`Acks::query`]) falls short.

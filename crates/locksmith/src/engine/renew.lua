@@ -7,7 +7,8 @@
 --          zset, its expiry an epoch-ms score on the server's clock), owner
 --          (field, token, or permit id as 32 hex digits), lease in
 --          milliseconds
--- Extends only leases the owner still holds; never re-creates a lock.
+-- Extends only leases the owner still holds; never re-creates a lock, and
+-- never shortens a key's expiry.
 -- Returns one integer per key: 1 renewed, 0 no longer held.
 local now = nil
 local out = {}
@@ -18,7 +19,10 @@ for i, key in ipairs(KEYS) do
     local ok = 0
     if kind == 'h' then
         if redis.pcall('hexists', key, owner) == 1 then
-            redis.call('pexpire', key, lease)
+            -- Extends, never shortens: the hash may also carry holds with
+            -- longer leases (a read-write lock's read holds beside the
+            -- writer's field), which must not be cut.
+            redis.call('pexpire', key, math.max(redis.call('pttl', key), tonumber(lease)))
             ok = 1
         end
     elseif kind == 'r' then

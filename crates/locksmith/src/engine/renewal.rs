@@ -423,9 +423,8 @@ struct Due {
 }
 
 /// Sends one renewal call and applies its answers.
-async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, acks: Acks, batch: Vec<Due>) {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(scripts::RENEW.get_hash()).arg(batch.len());
+async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Due>) {
+    let mut cmd = scripts::RENEW.evalsha(batch.len());
     for due in &batch {
         cmd.arg(&*due.key);
     }
@@ -435,14 +434,7 @@ async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, acks: Acks, batch: Ve
             .arg(due.lease.as_millis() as u64);
     }
     let sent_at = Instant::now();
-    let mut reply = acks.query(&cmd, &mut conn).await;
-    if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-    {
-        reply = match scripts::RENEW.load_async(&mut conn).await {
-            Ok(_) => acks.query(&cmd, &mut conn).await,
-            Err(e) => Err(e),
-        };
-    }
+    let reply = scripts::RENEW.run(&conn, &cmd, acks).await;
     // A renewal too few replicas saw would not survive a failover: it does
     // not count, and is retried like a failed call.
     let reply: redis::RedisResult<Vec<i64>> = match reply {
@@ -453,11 +445,7 @@ async fn renew_batch(shared: Weak<Shared>, mut conn: Conn, acks: Acks, batch: Ve
                 acks.min
             ))))
         }
-        Ok((values, _)) => values
-            .into_iter()
-            .map(redis::from_redis_value)
-            .collect::<Result<Vec<i64>, _>>()
-            .map_err(Into::into),
+        Ok((values, _)) => redis::from_redis_value(values).map_err(Into::into),
         Err(e) => Err(e),
     };
     let Some(shared) = shared.upgrade() else {

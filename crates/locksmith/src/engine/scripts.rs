@@ -10,7 +10,10 @@
 
 use std::ops::Deref;
 
-use redis::Script;
+use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
+
+use crate::engine::conn::Acks;
+use crate::engine::topology::Conn;
 
 /// `next_token(key)`: the fencing-token helper every script starts with.
 pub(crate) const TOKEN: &str = include_str!("token.lua");
@@ -28,6 +31,11 @@ pub(crate) struct Lua {
     source: String,
     /// The source with its SHA computed once.
     script: Script,
+    /// Not idempotent: a second run applies it twice, so no layer may
+    /// resend it after a lost reply (see [`Conn::at_most_once`]).
+    once: bool,
+    /// Writes nothing: no replica acknowledgement to wait for.
+    read: bool,
 }
 
 impl Lua {
@@ -50,7 +58,70 @@ impl Lua {
             name,
             source,
             script,
+            once: false,
+            read: false,
         }
+    }
+
+    /// Marks the script as not idempotent: sent at most once.
+    pub(crate) fn once(mut self) -> Lua {
+        self.once = true;
+        self
+    }
+
+    /// Marks the script as a read: no `WAIT` behind it.
+    pub(crate) fn read(mut self) -> Lua {
+        self.read = true;
+        self
+    }
+
+    /// A call of this script with keys and arguments still to add, as
+    /// redis-rs's `Script::prepare_invoke` (which it replaces, so every
+    /// call goes through [`Lua::run`]).
+    pub(crate) fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// `EVALSHA <sha> <keys>`: the start of a call with `keys` keys, its
+    /// keys and arguments to follow.
+    pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(keys);
+        cmd
+    }
+
+    /// Runs `cmd` (made by [`Lua::evalsha`]) on `conn`: at most once if the
+    /// script is not idempotent, followed by `WAIT` in the same round trip
+    /// when `acks` asks for replicas and the script writes, and sent once
+    /// more after loading the script if the server does not know it
+    /// (`NOSCRIPT`: restarted, flushed; the call did not run). Answers the
+    /// reply and, with `WAIT`, how many replicas acknowledged.
+    pub(crate) async fn run(
+        &self,
+        conn: &Conn,
+        cmd: &Cmd,
+        acks: Acks,
+    ) -> RedisResult<(Value, Option<u32>)> {
+        let mut conn = if self.once {
+            conn.at_most_once()
+        } else {
+            conn.clone()
+        };
+        let acks = if self.read { Acks::default() } else { acks };
+        let mut reply = acks.query(cmd, &mut conn).await;
+        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            metrics::counter!("locksmith_script_reloads_total").increment(1);
+            reply = match self.script.load_async(&mut conn).await {
+                Ok(_) => acks.query(cmd, &mut conn).await,
+                Err(e) => Err(e),
+            };
+        }
+        reply
     }
 
     /// The script's name: the path of its file under `src/`, without
@@ -62,6 +133,48 @@ impl Lua {
     /// The whole source, preludes included.
     pub(crate) fn source(&self) -> &str {
         &self.source
+    }
+}
+
+/// One call of a [`Lua`] script being put together: keys and arguments in
+/// the script's order.
+pub(crate) struct Invocation<'a> {
+    /// The script called.
+    lua: &'a Lua,
+    /// KEYS, encoded.
+    keys: Vec<Vec<u8>>,
+    /// ARGV, encoded.
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    /// Adds a key.
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// The script called.
+    pub(crate) fn lua(&self) -> &Lua {
+        self.lua
+    }
+
+    /// The `EVALSHA` command.
+    pub(crate) fn cmd(&self) -> Cmd {
+        let mut cmd = self.lua.evalsha(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_slice());
+        }
+        for arg in &self.args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
     }
 }
 

@@ -184,7 +184,7 @@ pub(crate) enum Conn {
     /// The primary named by Sentinels, followed across failovers.
     Sentinel(SentinelConn),
     /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    Cluster(ClusterConn),
 }
 
 impl std::fmt::Debug for Conn {
@@ -229,6 +229,21 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
+    /// The same connection for a call that is not idempotent (a semaphore
+    /// release, a latch count-down): no layer may send it twice. On a
+    /// single server and behind Sentinel every connection already answers
+    /// a lost reply with an error and resends nothing; on a cluster this
+    /// is the connection that never resends (see [`ClusterConn`]).
+    pub(crate) fn at_most_once(&self) -> Conn {
+        match self {
+            Conn::Cluster(c) => Conn::Cluster(ClusterConn {
+                at_most_once: true,
+                ..c.clone()
+            }),
+            other => other.clone(),
+        }
+    }
+
     /// True for a Redis Cluster: script calls and renewals must be grouped
     /// by slot.
     pub(crate) fn is_cluster(&self) -> bool {
@@ -265,9 +280,19 @@ pub(crate) async fn connect(address: &Address, timing: Timing) -> Result<Conn> {
                 .await
                 .map(Conn::Sentinel),
             Address::Cluster { seeds } => {
-                let client = cluster_client(seeds, timing, None)?;
-                let conn = client.get_async_connection().await.map_err(fail)?;
-                Ok(Conn::Cluster(conn))
+                let retrying = cluster_client(seeds, timing, None)?
+                    .get_async_connection()
+                    .await
+                    .map_err(fail)?;
+                let once = cluster_client_with(seeds, timing, None, 0)?
+                    .get_async_connection()
+                    .await
+                    .map_err(fail)?;
+                Ok(Conn::Cluster(ClusterConn {
+                    retrying,
+                    once,
+                    at_most_once: false,
+                }))
             }
         }
     };
@@ -290,10 +315,27 @@ pub(crate) fn cluster_client(
     timing: Timing,
     push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
 ) -> Result<redis::cluster::ClusterClient> {
+    cluster_client_with(seeds, timing, push, CLUSTER_RETRIES)
+}
+
+/// How often the cluster connection for idempotent calls resends a
+/// command (after a redirect, a dropped connection, ...).
+const CLUSTER_RETRIES: u32 = 3;
+
+/// [`cluster_client`] with `retries` resends per command. redis-rs counts
+/// redirects (`MOVED`, `ASK`) against the same budget as resends after a
+/// lost reply, so the connection for calls that are not idempotent has 0
+/// and [`ClusterConn`] follows redirects itself.
+fn cluster_client_with(
+    seeds: &[String],
+    timing: Timing,
+    push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    retries: u32,
+) -> Result<redis::cluster::ClusterClient> {
     let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(timing.connect)
         .response_timeout(timing.command)
-        .retries(3)
+        .retries(retries)
         .min_retry_wait(20)
         .max_retry_wait(500);
     if let Some(tx) = push {
@@ -304,6 +346,146 @@ pub(crate) fn cluster_client(
     builder
         .build()
         .map_err(|e| Error::invalid(format!("bad cluster seed list {seeds:?}: {e}")))
+}
+
+/// A Redis Cluster, through two connections: one that resends a command
+/// whose reply was lost (redis-rs's own retries, fine for idempotent
+/// calls), and one that never does, for calls that must run at most once.
+/// The second still follows the cluster's redirects: `MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` and a refused
+/// connection all say the command did not run, so sending it again (to the
+/// node named, after `ASKING` for `ASK`) cannot apply it twice; a dropped
+/// connection or a timeout says nothing of the kind and is answered as an
+/// error.
+#[derive(Clone)]
+pub(crate) struct ClusterConn {
+    /// redis-rs's retries on: for idempotent calls.
+    retrying: ClusterConnection,
+    /// No retries: for calls that must not run twice.
+    once: ClusterConnection,
+    /// Which of the two this handle sends on.
+    at_most_once: bool,
+}
+
+/// Sends per at-most-once command: the first, then redirects followed.
+const ONCE_SENDS: u32 = 6;
+
+/// What an error says about a command sent on the at-most-once
+/// connection: `None` when it may have run (or failed for good), otherwise
+/// where to send it again.
+fn not_run(e: &redis::RedisError) -> Option<Option<(String, u16)>> {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask) => {
+            let (addr, _slot) = e.redirect_node()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some(Some((host.to_owned(), port.parse().ok()?)))
+        }
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => Some(None),
+        _ if e.is_connection_refusal() => Some(None),
+        _ => None,
+    }
+}
+
+impl ClusterConn {
+    /// Sends `payload` on the at-most-once connection, following redirects
+    /// that prove it did not run.
+    async fn once(&self, payload: Payload<'_>) -> redis::RedisResult<Vec<Value>> {
+        let mut conn = self.once.clone();
+        let mut ask: Option<(String, u16)> = None;
+        let mut sends = 0;
+        loop {
+            sends += 1;
+            let reply = match (ask.take(), payload) {
+                // Routed as redis-rs routes it (by key; a keyless command
+                // such as SCRIPT LOAD to where it belongs).
+                (None, Payload::Cmd(cmd)) => conn.req_packed_command(cmd).await.map(|v| vec![v]),
+                (None, Payload::Pipeline(pipeline, offset, count)) => {
+                    conn.req_packed_commands(pipeline, offset, count).await
+                }
+                (Some((host, port)), payload) => {
+                    let mut asking = redis::pipe();
+                    asking.cmd("ASKING");
+                    let (offset, count) = match payload {
+                        Payload::Cmd(cmd) => {
+                            asking.add_command(cmd.clone());
+                            (0, 1)
+                        }
+                        Payload::Pipeline(pipeline, offset, count) => {
+                            for cmd in pipeline.cmd_iter() {
+                                asking.add_command(cmd.clone());
+                            }
+                            (offset, count)
+                        }
+                    };
+                    let route =
+                        redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+                    conn.route_pipeline(asking, offset + 1, count, route).await
+                }
+            };
+            let err = match reply {
+                Ok(values) => return Ok(values),
+                Err(err) => err,
+            };
+            match not_run(&err) {
+                Some(next) if sends < ONCE_SENDS => {
+                    if next.is_none() {
+                        // The connection refreshes its slot map on MOVED;
+                        // give it (or the cluster) a moment.
+                        tokio::time::sleep(Duration::from_millis(10 << sends.min(5))).await;
+                    }
+                    tracing::debug!(error = %err, "at-most-once call did not run; sending it again");
+                    ask = next;
+                }
+                _ => return Err(err),
+            }
+        }
+    }
+}
+
+/// What [`ClusterConn::once`] sends.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// One command.
+    Cmd(&'a Cmd),
+    /// Replies `offset..offset + count` of a pipeline.
+    Pipeline(&'a Pipeline, usize, usize),
+}
+
+impl ConnectionLike for ClusterConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if !self.at_most_once {
+            return self.retrying.req_packed_command(cmd);
+        }
+        Box::pin(async move {
+            let mut replies = self.once(Payload::Cmd(cmd)).await?;
+            replies.pop().ok_or_else(|| {
+                redis::RedisError::from(std::io::Error::other("a command got no reply"))
+            })
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        if !self.at_most_once {
+            return self.retrying.req_packed_commands(pipeline, offset, count);
+        }
+        Box::pin(self.once(Payload::Pipeline(pipeline, offset, count)))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.retrying.get_db()
+    }
 }
 
 fn manager_config(timing: Timing) -> ConnectionManagerConfig {

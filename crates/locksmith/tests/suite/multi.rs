@@ -13,6 +13,7 @@ crate::on_every_topology!(
     bad_input_is_refused,
     one_slot_is_one_script_call,
     members_of_every_kind,
+    each_member_keeps_its_own_lease_in_one_script_call,
 );
 
 async fn opposite_orders_never_deadlock(env: Env) {
@@ -262,4 +263,57 @@ async fn members_of_every_kind(env: Env) {
     ])
     .unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+}
+
+/// The atomic path sets each member's own lease: a 300 ms member beside a
+/// watchdog member leaves the watchdog member with its full lease on the
+/// server (it once got the first member's 300 ms, and expired under a
+/// guard that believed it renewed), and the watchdog keeps it.
+async fn each_member_keeps_its_own_lease_in_one_script_call(env: Env) {
+    let client = env.client(Duration::from_secs(3)).await;
+    let tag = env.name("leases");
+    let (short_name, long_name) = (
+        format!("{{{tag}}}:a-short"),
+        format!("{{{tag}}}:b-watchdog"),
+    );
+    let short = client
+        .lock(short_name.clone())
+        .unwrap()
+        .with_lease(Duration::from_millis(300))
+        .unwrap();
+    let long = client.lock(long_name.clone()).unwrap();
+    let multi = MultiLock::new([Member::from(short), Member::from(long.clone())]).unwrap();
+    assert!(multi.is_atomic(), "one client, one slot");
+    let guard = multi.try_lock().await.unwrap().expect("free");
+    let pttl = |name: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(name)
+            .query(&mut env.node_for(name))
+            .unwrap()
+    };
+    assert!(
+        pttl(&long_name) > 1_000,
+        "the watchdog member has its own lease: {} ms",
+        pttl(&long_name)
+    );
+    assert!(pttl(&short_name) <= 300, "{}", pttl(&short_name));
+    // Past the short lease and past what the short one would have left the
+    // other with: the watchdog member is still held, on the server too.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        env.existing(std::slice::from_ref(&long_name)),
+        vec![long_name.clone()]
+    );
+    assert!(env.existing(std::slice::from_ref(&short_name)).is_empty());
+    assert_eq!(long.hold_count().await.unwrap(), 1);
+    // Another owner cannot take the watchdog member.
+    let other = client.lock(long_name.clone()).unwrap();
+    assert!(other.try_lock().await.unwrap().is_none());
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.existing(std::slice::from_ref(&long_name)).is_empty()
+        })
+        .await
+    );
 }

@@ -20,6 +20,7 @@ crate::on_every_topology!(
     a_single_try_leaves_waiting_writers_claims_alone,
     bad_input_is_refused_and_changes_nothing,
     a_redisson_client_shares_the_lock,
+    the_lock_outlives_every_hold_in_it,
 );
 
 /// Who is inside, as the checker sees it.
@@ -435,4 +436,81 @@ async fn a_redisson_client_shares_the_lock(env: Env) {
     };
     assert_eq!(redis::from_redis_value::<i64>(parts[2].clone()).unwrap(), 0);
     assert_eq!(java_write(), None, "the Java writer gets in");
+}
+
+/// The hash's expiry covers every hold in it, whichever kind is released
+/// or renewed: a read release of the writer's own short read hold does not
+/// cut its long write hold (it once PEXPIREd the hash to the longest read
+/// hold, and another client wrote while the write guard showed 9.6 s
+/// left), nor does a partial write release cut a long read hold; and no
+/// guard's local deadline passes the server's expiry.
+async fn the_lock_outlives_every_hold_in_it(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let other = env.client(Duration::from_secs(30)).await;
+    let server_ttl = |name: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(name)
+            .query(&mut env.node_for(name))
+            .unwrap()
+    };
+
+    // A long write hold, then a short read hold of the same owner.
+    let name = env.name("write-outlives-read");
+    let lock = client.read_write_lock(name.clone()).unwrap();
+    let write = lock
+        .with_lease(Duration::from_secs(10))
+        .unwrap()
+        .write()
+        .await
+        .unwrap();
+    let short = lock.with_lease(Duration::from_millis(300)).unwrap();
+    let _kept = short.read().await.unwrap();
+    let read = short.read().await.unwrap();
+    // One of the two read holds goes; the other (300 ms) is the longest
+    // read hold left, which must not become the hash's expiry.
+    read.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rival = other.read_write_lock(name.clone()).unwrap();
+    assert!(
+        rival.try_write().await.unwrap().is_none(),
+        "another client wrote under a live write guard"
+    );
+    assert!(!write.is_lost());
+    assert!(
+        write.remaining_lease().as_millis() as i64 <= server_ttl(&name),
+        "the guard's deadline ({:?}) is past the server's expiry ({} ms)",
+        write.remaining_lease(),
+        server_ttl(&name)
+    );
+    write.release().await.unwrap();
+
+    // Two short write holds and a long read hold of the same owner: a
+    // partial write release keeps the hash for the read hold.
+    let name = env.name("read-outlives-write");
+    let lock = client.read_write_lock(name.clone()).unwrap();
+    let short = lock.with_lease(Duration::from_millis(300)).unwrap();
+    let first = short.write().await.unwrap();
+    let second = short.write().await.unwrap();
+    let read = lock
+        .with_lease(Duration::from_secs(10))
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    second.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rival = other.read_write_lock(name.clone()).unwrap();
+    assert!(
+        rival.try_write().await.unwrap().is_none(),
+        "another client wrote under a live read guard"
+    );
+    assert!(!read.is_lost());
+    assert!(
+        read.remaining_lease().as_millis() as i64 <= server_ttl(&name),
+        "the read guard's deadline ({:?}) is past the server's expiry ({} ms)",
+        read.remaining_lease(),
+        server_ttl(&name)
+    );
+    drop(first);
+    read.release().await.unwrap();
 }

@@ -2,8 +2,9 @@
 -- whose members all live on one node: one server, or one cluster slot).
 -- Same layout as lock_acquire.lua.
 -- KEYS  per member i: lock hash (2i-1), fencing counter (2i)
--- ARGV  lease in milliseconds, then per member i: owner field (2i),
---       the hold count the owner believes it has before this acquire (2i+1)
+-- ARGV  per member i: owner field (3i-2), the hold count the owner
+--       believes it has before this acquire (3i-1), and the member's own
+--       lease in milliseconds (3i)
 -- Returns {1, token1, count1, token2, count2, ...} granted now (each
 -- member's lease set now); {2, token1, count1, ...} every member already
 -- shows this acquire (a resend whose first send landed): nothing changed;
@@ -13,7 +14,6 @@
 -- {-2, key} a key holds another type, {-3, key} a fencing counter is
 -- not an integer: nothing changed.
 -- Everything is checked before anything is written.
-local lease = ARGV[1]
 local n = #KEYS / 2
 local busy, longest = false, 0
 local resent = 0
@@ -32,8 +32,8 @@ for i = 1, n do
         -- INCR would fail after other members were written.
         return {-3, token_key}
     end
-    local expected = tonumber(ARGV[2 * i + 1])
-    local held = tonumber(redis.call('hget', key, ARGV[2 * i]) or '0')
+    local expected = tonumber(ARGV[3 * i - 1])
+    local held = tonumber(redis.call('hget', key, ARGV[3 * i - 2]) or '0')
     if held == expected + 1 then
         resent = resent + 1
     elseif held ~= expected then
@@ -52,7 +52,7 @@ if busy then
 end
 local out = {resent == n and 2 or 1}
 for i = 1, n do
-    local key, token_key, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
+    local key, token_key, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[3 * i - 2]
     local token, count
     if resent == n then
         count = tonumber(redis.call('hget', key, owner))
@@ -61,7 +61,7 @@ for i = 1, n do
             next_token(token_key)
         end
         count = redis.call('hincrby', key, owner, 1)
-        redis.call('pexpire', key, lease)
+        redis.call('pexpire', key, ARGV[3 * i])
     end
     out[2 * i] = tonumber(redis.call('get', token_key) or '0')
     out[2 * i + 1] = count

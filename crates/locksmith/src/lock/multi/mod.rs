@@ -3,10 +3,11 @@
 //!
 //! Two ways to acquire:
 //! - **One script call**, when every member is a reentrant [`Lock`] of one
-//!   client, with the same lease option, whose keys live on one node (one server, a Sentinel primary,
+//!   client whose keys live on one node (one server, a Sentinel primary,
 //!   or one cluster slot, e.g. names sharing a `{hash tag}`): a single
-//!   atomic script checks every member and grants all or none (followed
-//!   by `WAIT` when the client asks for replica acknowledgements).
+//!   atomic script checks every member and grants all or none, each member
+//!   with its own lease (fixed or watchdog), followed by `WAIT` when the
+//!   client asks for replica acknowledgements.
 //! - **In canonical order** otherwise: members are acquired one after
 //!   another in one order (by name, then node address) that every
 //!   MultiLock of every client uses, so two MultiLocks over overlapping
@@ -448,18 +449,18 @@ impl MultiLock {
 fn roll_back(
     locks: &[Lock],
     states: Vec<tokio::sync::OwnedMutexGuard<super::HoldState>>,
-    lease: Duration,
-    until: Instant,
+    first_sent: Instant,
 ) {
     for (lock, state) in locks.iter().zip(states) {
         let expected_after = state.count + 1;
+        let lease = lock.lease();
         drop(Rollback {
             shared: lock.shared.clone(),
             state: Some(state),
             expected_after,
             lease,
             after: None,
-            until,
+            until: first_sent + lease,
         });
     }
 }
@@ -480,7 +481,6 @@ enum Together {
 async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result<Together> {
     let client = locks[0].client().clone();
     client.ensure_background();
-    let lease = locks[0].lease();
     // Each owner's state, as its own acquire takes it; waiting for a
     // release of this owner still settling in the background is bounded
     // as there (the deadline, or what one attempt may take), then busy.
@@ -495,28 +495,25 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
         }
     }
     let script = &*scripts::MULTI_ACQUIRE;
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(2 * locks.len());
+    let mut cmd = script.evalsha(2 * locks.len());
     for lock in &locks {
         cmd.arg(&*lock.shared.name).arg(&*lock.shared.token_key);
     }
-    cmd.arg(lease.as_millis() as u64);
     for (lock, state) in locks.iter().zip(&states) {
-        cmd.arg(&*lock.shared.owner).arg(state.count);
+        cmd.arg(&*lock.shared.owner)
+            .arg(state.count)
+            .arg(lock.lease().as_millis() as u64);
     }
     // Followed by WAIT when the client wants replica acknowledgements.
     let acks = client.acks();
     let call = || async {
-        let mut conn = client.conn();
-        let mut reply = acks.query(&cmd, &mut conn).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-        {
-            reply = match script.load_async(&mut conn).await {
-                Ok(_) => acks.query(&cmd, &mut conn).await,
-                Err(e) => Err(e),
-            };
-        }
-        reply.map_err(|e| client.map_err(e, Some(locks[0].name())))
+        script
+            .run(&client.conn(), &cmd, acks)
+            .await
+            .and_then(|(reply, acked)| {
+                Ok((redis::from_redis_value::<Vec<redis::Value>>(reply)?, acked))
+            })
+            .map_err(|e| client.map_err(e, Some(locks[0].name())))
     };
     let first_sent = Instant::now();
     let mut attempt = 0;
@@ -529,7 +526,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
                 if granted && acks.short(acked) {
                     // Too few replicas saw the grant: undo it.
                     metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
-                    roll_back(&locks, states, lease, first_sent + lease);
+                    roll_back(&locks, states, first_sent);
                     return Err(Error::NotReplicated {
                         name: locks[0].name().to_owned(),
                         acked: acked.unwrap_or(0),
@@ -542,7 +539,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
             Err(e) => {
                 // The grant may have landed: undo it per member, after
                 // which each owner's count is the server's again.
-                roll_back(&locks, states, lease, first_sent + lease);
+                roll_back(&locks, states, first_sent);
                 return Err(e);
             }
         }

@@ -5,6 +5,8 @@
 -- ARGV[2]  owner
 -- ARGV[3]  this owner's hold count of that kind before this release
 -- ARGV[4]  lease in milliseconds (re-armed while write holds remain)
+-- The hash's expiry always covers every hold left in it: the write hold's
+-- lease (the hash's own expiry) and each read hold's timeout key.
 -- ARGV[5]  channel redisson_rwlock:{NAME}
 -- ARGV[6]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- Returns {1, 0} this owner's last hold of that kind released; {2, count}
@@ -40,7 +42,9 @@ end
 if kind == 'w' then
     if held > 1 then
         redis.call('hincrby', key, field, -1)
-        redis.call('pexpire', key, lease)
+        -- Re-armed for the write holds left, never below a read hold of
+        -- the writer's (a downgrade) that lasts longer.
+        redis.call('pexpire', key, math.max(tonumber(lease), longest_read_hold(key)))
         return {2, held - 1}
     end
     redis.call('hdel', key, field)
@@ -71,6 +75,11 @@ if held > 1 and gone > redis.call('pttl', prefix .. ':' .. (held - 1)) then
 end
 if redis.call('hlen', key) > 1 then
     local longest = longest_read_hold(key)
+    if redis.call('hget', key, 'mode') == 'write' then
+        -- The write hold has no key of its own: the hash's expiry is its
+        -- lease, and a read release must not cut it.
+        longest = math.max(longest, redis.call('pttl', key))
+    end
     if longest > 0 then
         redis.call('pexpire', key, longest)
         if left == 0 then

@@ -1,0 +1,101 @@
+//! With replica acknowledgement on (the default where the primary has
+//! replicas), every release of the family is followed by `WAIT` in the same
+//! round trip, as docs/topologies.md promises: the fair, read-write,
+//! semaphore and permit-semaphore releases once went out as plain script
+//! calls. A primary with one replica of its own, so no other test's
+//! traffic counts.
+
+use std::time::{Duration, Instant};
+
+use locksmith::Client;
+use locksmith_testkit::RedisServer;
+
+/// `WAIT` calls the server has served.
+fn waits(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_of_the_family_waits_for_replicas() {
+    let (primary, _replica) = tokio::task::spawn_blocking(|| {
+        let primary = RedisServer::start().unwrap();
+        let replica = RedisServer::builder()
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(primary.port().to_string())
+            .start()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut replica.connection().unwrap())
+                .unwrap();
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the replica never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (primary, replica)
+    })
+    .await
+    .unwrap();
+    let client = Client::open(&primary.url()).await.unwrap();
+    assert_eq!(client.replica_acks(), 1, "on by default with a replica");
+
+    // Each release adds a WAIT (the script call and its WAIT travel
+    // together); nothing else runs on this server meanwhile.
+    let released = |before: u64, what: &str| {
+        let after = waits(&primary);
+        assert!(after > before, "{what}: no WAIT behind the release");
+    };
+
+    let guard = client.fair_lock("fair").unwrap().lock().await.unwrap();
+    let before = waits(&primary);
+    guard.release().await.unwrap();
+    released(before, "fair lock");
+
+    let rw = client.read_write_lock("rw").unwrap();
+    let guard = rw.write().await.unwrap();
+    let before = waits(&primary);
+    guard.release().await.unwrap();
+    released(before, "write lock");
+    let guard = rw.read().await.unwrap();
+    let before = waits(&primary);
+    guard.release().await.unwrap();
+    released(before, "read lock");
+
+    let semaphore = client.semaphore("sem").unwrap();
+    semaphore.try_set_permits(2).await.unwrap();
+    let permits = semaphore.acquire(1).await.unwrap();
+    let before = waits(&primary);
+    permits.release().await.unwrap();
+    released(before, "semaphore");
+
+    let expirable = client.expirable_semaphore("permits").unwrap();
+    expirable.try_set_permits(2).await.unwrap();
+    let permit = expirable.acquire().await.unwrap();
+    let before = waits(&primary);
+    permit.release().await.unwrap();
+    released(before, "permit semaphore");
+
+    // The plain lock, as before.
+    let guard = client.lock("plain").unwrap().lock().await.unwrap();
+    let before = waits(&primary);
+    guard.release().await.unwrap();
+    released(before, "lock");
+
+    // Reads never wait.
+    let before = waits(&primary);
+    client.fair_lock("fair").unwrap().info().await.unwrap();
+    rw.info().await.unwrap();
+    assert_eq!(waits(&primary), before, "reads send no WAIT");
+}
