@@ -9,8 +9,9 @@ use crate::engine::scripts::{Lua, ANNOUNCE};
 
 /// `NAME (marks) = "path" after [preludes];` declares a script: its file
 /// (`path.lua`), the preludes it needs, and marks from [`Lua`]'s builder:
-/// `once` (not idempotent: never resent) and `read` (writes nothing: no
-/// `WAIT` behind it).
+/// `once` (not idempotent: never resent), `read` (writes nothing: no
+/// `WAIT` behind it) and `unacked` (a write sent without `WAIT`: the
+/// `SET NX` lock does not wait for replicas yet, see docs/topologies.md).
 macro_rules! catalogue {
     ($( $name:ident $(($($mark:ident),+))? = $file:literal $( after [$($prelude:expr),+] )? ; )*) => {
         $(
@@ -28,11 +29,11 @@ macro_rules! catalogue {
 catalogue! {
     LOCK_ACQUIRE = "lock/reentrant/acquire";
     LOCK_RELEASE = "lock/reentrant/release" after [ANNOUNCE];
-    FORCE_UNLOCK = "lock/reentrant/force_unlock" after [ANNOUNCE];
+    FORCE_UNLOCK (once) = "lock/reentrant/force_unlock" after [ANNOUNCE];
     LOCK_INFO (read) = "lock/reentrant/info";
     RENEW = "engine/renew";
-    SIMPLE_ACQUIRE = "lock/simple/acquire";
-    SIMPLE_RELEASE = "lock/simple/release" after [ANNOUNCE];
+    SIMPLE_ACQUIRE (unacked) = "lock/simple/acquire";
+    SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE];
     MULTI_ACQUIRE = "lock/multi/acquire";
     FAIR_ACQUIRE = "lock/fair/acquire" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, include_str!("lock/fair/common.lua")];

@@ -22,8 +22,10 @@
 //! must also share one hash slot, so a [`Batcher`] keeps one queue per slot
 //! (created on first use) and a call only ever carries requests of one
 //! slot. A call answered `MOVED` or `ASK` (the slot moved mid-batch) is
-//! resent to the new owner by the cluster connection; the scripts are
-//! idempotent per request, so a resend never applies a request twice.
+//! resent to the new owner by the cluster connection; that answer proves
+//! the call did not run. A call whose reply was lost is resent only for
+//! scripts idempotent per request; the others (marked `once` in the
+//! catalogue) are sent at most once (see `Lua::run`).
 //!
 //! Semantics per request are those of the one-request script: the script
 //! runs atomically, each request is evaluated in queue order, and a call

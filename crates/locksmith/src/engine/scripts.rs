@@ -34,8 +34,9 @@ pub(crate) struct Lua {
     /// Not idempotent: a second run applies it twice, so no layer may
     /// resend it after a lost reply (see [`Conn::at_most_once`]).
     once: bool,
-    /// Writes nothing: no replica acknowledgement to wait for.
-    read: bool,
+    /// Sent without `WAIT`: writes nothing, or writes whose caller does
+    /// not wait for replicas.
+    unacked: bool,
 }
 
 impl Lua {
@@ -59,7 +60,7 @@ impl Lua {
             source,
             script,
             once: false,
-            read: false,
+            unacked: false,
         }
     }
 
@@ -70,8 +71,13 @@ impl Lua {
     }
 
     /// Marks the script as a read: no `WAIT` behind it.
-    pub(crate) fn read(mut self) -> Lua {
-        self.read = true;
+    pub(crate) fn read(self) -> Lua {
+        self.unacked()
+    }
+
+    /// Marks the script as sent without `WAIT` although it writes.
+    pub(crate) fn unacked(mut self) -> Lua {
+        self.unacked = true;
         self
     }
 
@@ -106,18 +112,21 @@ impl Lua {
         cmd: &Cmd,
         acks: Acks,
     ) -> RedisResult<(Value, Option<u32>)> {
-        let mut conn = if self.once {
+        let mut sending = if self.once {
             conn.at_most_once()
         } else {
             conn.clone()
         };
-        let acks = if self.read { Acks::default() } else { acks };
-        let mut reply = acks.query(cmd, &mut conn).await;
+        let acks = if self.unacked { Acks::default() } else { acks };
+        let mut reply = acks.query(cmd, &mut sending).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
         {
             metrics::counter!("locksmith_script_reloads_total").increment(1);
-            reply = match self.script.load_async(&mut conn).await {
-                Ok(_) => acks.query(cmd, &mut conn).await,
+            // Loading is idempotent: the connection that resends may do it
+            // (on a cluster it goes to every primary).
+            let mut loading = conn.clone();
+            reply = match self.script.load_async(&mut loading).await {
+                Ok(_) => acks.query(cmd, &mut sending).await,
                 Err(e) => Err(e),
             };
         }

@@ -388,6 +388,10 @@ fn not_run(e: &redis::RedisError) -> Option<Option<(String, u16)>> {
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
         ) => Some(None),
+        // An ASK to a node this connection has no link to yet (a node
+        // that owns no slot before the migration): nothing was sent; the
+        // next send asks the source again until the migration is over.
+        ErrorKind::ClusterConnectionNotFound => Some(None),
         _ if e.is_connection_refusal() => Some(None),
         _ => None,
     }
