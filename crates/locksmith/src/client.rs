@@ -23,7 +23,8 @@ use crate::engine::renewal::Renewer;
 use crate::engine::scripts::{Invocation, Lua};
 use crate::engine::subscriber::Source;
 use crate::engine::topology::{
-    self, check_deployment, explain_connect, replica_acks, server_major_version, Address, Conn,
+    self, check_deployment, explain_connect, replica_acks, server_identity, server_major_version,
+    Address, Conn,
 };
 use crate::error::{Error, Result};
 
@@ -317,6 +318,7 @@ impl ClientBuilder {
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
+        let server_id = server_identity(&address, &conn).await?;
         let acks =
             replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
         let notify = match &address {
@@ -353,6 +355,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),
                 addr: address.describe(),
+                server_id,
                 hub: NotifyHub::new(
                     source,
                     HubTimeouts {
@@ -412,6 +415,10 @@ struct Inner {
     /// The deployment's address as the caller gave it (`host:port`, or
     /// which Sentinels or cluster seeds), for errors and diagnostics.
     addr: String,
+    /// Which server or cluster the connection reached (see
+    /// `topology::server_identity`): tells two addresses of one server
+    /// apart from two servers.
+    server_id: String,
     /// What kind of deployment this is.
     topology: Topology,
     /// Replica acknowledgement every write waits for.
@@ -490,6 +497,12 @@ impl Client {
 
     /// Checks a primitive's name: not empty, within the length limit, and
     /// on a cluster free of broken hash tags.
+    /// Which server (its `run_id`) or cluster this client reached at
+    /// connect: equal for two clients of one server whatever their URLs.
+    pub(crate) fn server_id(&self) -> &str {
+        &self.inner.server_id
+    }
+
     pub(crate) fn check_name(&self, name: &str) -> Result<()> {
         crate::engine::validate::name(name, self.inner.config.max_name_len)?;
         if self.inner.topology == Topology::Cluster {

@@ -184,6 +184,20 @@ impl Error {
         self.kind() == ErrorKind::Connection
     }
 
+    /// True when the reply was lost: the command timed out or the connection
+    /// dropped, so it may or may not have run on the server. Every
+    /// idempotent call of the library is sent again on such an error (up
+    /// to three sends in all); a call that is not idempotent never is.
+    pub fn is_reply_lost(&self) -> bool {
+        self.is_timeout() || self.is_connection_error()
+    }
+
+    /// The one resend rule: after send number `sends` failed with this
+    /// error, an idempotent call is sent again.
+    pub(crate) fn may_resend(&self, sends: usize) -> bool {
+        sends < crate::engine::conn::ATTEMPTS && self.is_reply_lost()
+    }
+
     /// True when the caller passed a value that can never be accepted.
     pub fn is_invalid_argument(&self) -> bool {
         self.kind() == ErrorKind::InvalidArgument

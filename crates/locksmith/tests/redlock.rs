@@ -442,3 +442,51 @@ async fn bad_input_is_refused_with_nothing_taken() {
     assert!(err.to_string().contains("wrong type"), "{err}");
     assert!(!held_on(&urls[2], "redlock:bad"), "the third node undone");
 }
+
+/// One server under two names counts once, however the set is made:
+/// through `RedlockNodes::new` over connected clients (which checked
+/// nothing), and when the second name was down at connect and comes up
+/// later (it was never checked). Either would let one server count twice
+/// toward the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_under_two_names_never_counts_twice() {
+    let mut servers = RedisNodes::start(3).unwrap();
+    let urls = servers.urls();
+    let alias = urls[0].replace("127.0.0.1", "localhost");
+
+    // new() over clients: refused.
+    let mut clients = Vec::new();
+    for url in [&urls[0], &alias, &urls[1]] {
+        clients.push(Client::open(url).await.unwrap());
+    }
+    let err = RedlockNodes::new(clients).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("same server"), "{err}");
+
+    // A second name for server 0, unreachable at connect (a proxy that
+    // resets), reachable later.
+    let proxy = FaultProxy::start(&servers.addrs()[0]).unwrap();
+    proxy.set_mode(FaultMode::Reset);
+    let nodes = RedlockNodes::connect(vec![urls[0].clone(), proxy.url(), urls[1].clone()])
+        .await
+        .expect("two of three reachable")
+        .with_node_timeout(NODE_TIMEOUT)
+        .unwrap();
+    proxy.set_mode(FaultMode::Pass);
+    let lock = nodes.lock("redlock:alias").unwrap();
+    // Rounds over the next seconds give the down node its reconnects.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        if let Some(guard) = lock.try_lock().await.unwrap() {
+            assert!(guard.granted_nodes() <= 2, "the alias was counted");
+            guard.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // With the only other server gone, server 0 alone (under two names)
+    // is no majority.
+    servers.node(1).kill();
+    let err = lock.try_lock().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(!held_on(&urls[0], "redlock:alias"), "nothing left held");
+}

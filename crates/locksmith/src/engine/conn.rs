@@ -4,6 +4,10 @@
 
 use std::time::Duration;
 
+/// Sends per idempotent call when the reply is lost (timeout or dropped
+/// connection); see `Error::may_resend`.
+pub(crate) const ATTEMPTS: usize = 3;
+
 use redis::{RedisResult, Value};
 
 /// Connection timing, from the client's options.

@@ -832,6 +832,43 @@ pub(crate) async fn check_deployment(address: &Address, conn: &Conn) -> Result<(
     Ok(())
 }
 
+/// Which server (or cluster) `conn` reaches, whatever address named it:
+/// the server's `run_id` (one server, or the primary a Sentinel group
+/// named at connect), or for a cluster the smallest node id of its nodes.
+/// Two clients that answer the same id talk to the same data, however
+/// their URLs differ (`localhost` and `127.0.0.1`, two DNS names).
+pub(crate) async fn server_identity(address: &Address, conn: &Conn) -> Result<String> {
+    let describe = address.describe();
+    let fail = |source: redis::RedisError| Error::Connect {
+        addr: describe.clone(),
+        source,
+    };
+    if matches!(address, Address::Cluster { .. }) {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(fail)?;
+        let smallest = nodes
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .min()
+            .unwrap_or_default();
+        return Ok(format!("cluster:{smallest}"));
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(fail)?;
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(str::trim)
+        .unwrap_or_default();
+    Ok(format!("server:{run_id}"))
+}
+
 /// Resolves the replica acknowledgement policy against the deployment:
 /// the fewest replicas any primary has (`connected_slaves`) decides the
 /// default, and caps what may be asked for.

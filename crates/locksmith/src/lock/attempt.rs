@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-use super::{HoldState, ATTEMPTS};
+use super::HoldState;
 use crate::client::Client;
 use crate::engine::batch::{Batcher, Call};
 use crate::engine::lease::LeaseState;
@@ -87,7 +87,7 @@ pub(super) async fn send<S: Send + 'static>(
             }
             Err(e) => {
                 let e = client.map_err(e, Some(name));
-                if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                if e.may_resend(sends) {
                     tracing::debug!(lock = %name, error = %e, "acquire reply lost; resending");
                     continue;
                 }

@@ -18,4 +18,4 @@ pub use reentrant::{Lock, LockGuard, LockInfo};
 pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 
-use reentrant::{force_unlock, key_exists, release, HoldState, ATTEMPTS, NEXT_HOLDER_ID};
+use reentrant::{force_unlock, key_exists, release, HoldState, NEXT_HOLDER_ID};

@@ -125,6 +125,37 @@ async fn bad_input_is_refused(env: Env) {
         client.multi_lock(["a", ""]).unwrap_err().kind(),
         ErrorKind::InvalidArgument
     );
+    // One lock through two clients of one deployment under different
+    // addresses (`localhost`, `127.0.0.1`): the same lock twice, which the
+    // ordered path would wait on forever.
+    let alias = env.url.replace("127.0.0.1", "localhost");
+    assert_ne!(alias, env.url);
+    let other = env.builder(Duration::from_secs(30)).build().await.unwrap();
+    let aliased = locksmith::Client::builder(alias)
+        .lease(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let name = env.name("aliased");
+    let err = MultiLock::new([
+        Member::from(client.lock(name.clone()).unwrap()),
+        Member::from(aliased.lock(name.clone()).unwrap()),
+    ])
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("twice"), "{err}");
+    // Two clients of one address are still one lock twice; two names are
+    // two locks.
+    assert!(MultiLock::new([
+        Member::from(client.lock(name.clone()).unwrap()),
+        Member::from(other.lock(name.clone()).unwrap()),
+    ])
+    .is_err());
+    assert!(MultiLock::new([
+        Member::from(client.lock(name.clone()).unwrap()),
+        Member::from(aliased.lock(env.name("another")).unwrap()),
+    ])
+    .is_ok());
 }
 
 async fn one_slot_is_one_script_call(env: Env) {

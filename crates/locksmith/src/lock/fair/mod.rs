@@ -21,7 +21,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use super::release::forget;
-use super::{attempt, HoldState, LockGuard, LockInfo, ATTEMPTS, NEXT_HOLDER_ID};
+use super::{attempt, HoldState, LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::notify::{wake_one, Check, Keeper};
@@ -550,7 +550,7 @@ impl FairLock {
                 // that is a success, not a loss.
                 Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
                 Ok(_) => return Ok(None),
-                Err(e) if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                Err(e) if e.may_resend(sends) => {
                     tracing::debug!(lock = %shared.name, error = %e, "fair release reply lost; resending");
                 }
                 Err(e) => return Err(e),

@@ -27,8 +27,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::release::Rollback;
-use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock, ATTEMPTS};
+use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock};
 use crate::client::Client;
+use crate::engine::conn::ATTEMPTS;
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -181,7 +182,7 @@ impl MultiLock {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for no members, or the same lock (name on
-    /// one node) twice.
+    /// one server, whatever address each client was given) twice.
     pub fn new(members: impl IntoIterator<Item = Member>) -> Result<MultiLock> {
         let mut members: Vec<Member> = members.into_iter().collect();
         if members.is_empty() {
@@ -189,9 +190,20 @@ impl MultiLock {
         }
         // The canonical order every MultiLock uses: by name, then node.
         members.sort_by(|a, b| (a.name(), a.client().addr()).cmp(&(b.name(), b.client().addr())));
+        // The same lock twice, also through two clients of one server
+        // under different addresses (`localhost`, `127.0.0.1`): taken in
+        // order it would wait for itself.
+        let same = |a: &Member, b: &Member| {
+            a.name() == b.name()
+                && (a.client().addr() == b.client().addr()
+                    || a.client().server_id() == b.client().server_id())
+        };
         if let Some(pair) = members
-            .windows(2)
-            .find(|w| (w[0].name(), w[0].client().addr()) == (w[1].name(), w[1].client().addr()))
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| members[i + 1..].iter().map(move |b| (a, b)))
+            .find(|(a, b)| same(a, b))
+            .map(|(a, _)| [a])
         {
             return Err(Error::invalid(format!(
                 "lock {:?} is given twice to one MultiLock",
@@ -535,7 +547,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
                 }
                 break (reply, sent_at);
             }
-            Err(e) if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {}
+            Err(e) if e.may_resend(attempt) => {}
             Err(e) => {
                 // The grant may have landed: undo it per member, after
                 // which each owner's count is the server's again.

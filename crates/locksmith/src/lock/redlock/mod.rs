@@ -99,6 +99,29 @@ struct Node {
     /// Its address, for messages.
     addr: String,
     state: Mutex<NodeState>,
+    /// The servers of the set's connected nodes (server id -> address),
+    /// shared by all nodes of one set: a node that reaches a server
+    /// another node already counts (two names of one server) is refused,
+    /// at connect and at every reconnect.
+    servers: Servers,
+}
+
+/// See [`Node::servers`].
+type Servers = Arc<Mutex<std::collections::HashMap<String, String>>>;
+
+/// Counts `client` as the server of node `addr` in `servers`; refuses it
+/// when another node already reaches the same server.
+fn admit(servers: &Servers, addr: &str, client: &Client) -> Result<()> {
+    let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+    match servers.get(client.server_id()) {
+        Some(first) if first != addr => Err(Error::invalid(format!(
+            "Redlock nodes {first} and {addr} are the same server (same run_id): it would count twice toward the majority"
+        ))),
+        _ => {
+            servers.insert(client.server_id().to_owned(), addr.to_owned());
+            Ok(())
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -125,22 +148,26 @@ impl RedlockNodes {
     /// # Errors
     /// [`Error::InvalidArgument`] for a node count that is not an odd
     /// number of at least 3 (see [`RedlockNodes::connect`]) or the same
-    /// client or address twice.
+    /// client, address or server (two names of one server) twice.
     pub fn new(clients: impl IntoIterator<Item = Client>) -> Result<RedlockNodes> {
         let clients: Vec<Client> = clients.into_iter().collect();
         check_count(clients.len())?;
         let lease = clients[0].config().lease;
         let max_name_len = clients[0].config().max_name_len;
         let metric_names = clients[0].config().metric_names;
+        let servers = Servers::default();
         let nodes = clients
             .into_iter()
             .map(|c| {
-                Arc::new(Node {
-                    addr: c.addr().to_owned(),
+                let addr = c.addr().to_owned();
+                admit(&servers, &addr, &c)?;
+                Ok(Arc::new(Node {
+                    addr,
                     state: Mutex::new(NodeState::Up(c)),
-                })
+                    servers: servers.clone(),
+                }))
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)
     }
 
@@ -155,7 +182,9 @@ impl RedlockNodes {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad node count, a malformed URL or
-    /// the same address twice; [`Error::NoQuorum`] when fewer than a
+    /// the same address or server twice (a node down now is checked when
+    /// it comes up, and never counted if it is another node's server);
+    /// [`Error::NoQuorum`] when fewer than a
     /// majority can be reached now (the lock could not be had anyway).
     ///
     /// # Cancel safety
@@ -197,29 +226,31 @@ impl RedlockNodes {
         {
             return Err(Error::invalid(e.to_string()));
         }
+        let servers = Servers::default();
         let nodes: Vec<Arc<Node>> = builders
             .into_iter()
             .zip(clients)
             .zip(addrs)
             .map(|((builder, client), addr)| {
-                Arc::new(match client {
-                    Ok(c) => Node {
-                        addr,
-                        state: Mutex::new(NodeState::Up(c)),
+                let state = match client {
+                    Ok(c) => {
+                        admit(&servers, &addr, &c)?;
+                        NodeState::Up(c)
+                    }
+                    Err(e) => NodeState::Down {
+                        builder,
+                        error: e.to_string(),
+                        retry_at: now + RECONNECT_PAUSE,
                     },
-                    Err(e) => Node {
-                        addr,
-                        state: Mutex::new(NodeState::Down {
-                            builder,
-                            error: e.to_string(),
-                            retry_at: now + RECONNECT_PAUSE,
-                        }),
-                    },
-                })
+                };
+                Ok(Arc::new(Node {
+                    addr,
+                    state: Mutex::new(state),
+                    servers: servers.clone(),
+                }))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let set = RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)?;
-        set.check_run_ids().await?;
         let errors: Vec<String> = set
             .inner
             .nodes
@@ -237,34 +268,6 @@ impl RedlockNodes {
             });
         }
         Ok(set)
-    }
-
-    /// Two addresses of one server (`localhost` and `127.0.0.1`, two DNS
-    /// names) would count it twice toward the majority: refuses the set
-    /// when two connected nodes report the same `run_id`.
-    async fn check_run_ids(&self) -> Result<()> {
-        let ids = join_all(self.inner.nodes.iter().map(|node| async move {
-            let client = node.connected()?;
-            let mut conn = client.connection();
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query_async(&mut conn)
-                .await
-                .ok()?;
-            info.lines()
-                .find_map(|l| l.strip_prefix("run_id:"))
-                .map(|id| (id.trim().to_owned(), node.addr.clone()))
-        }))
-        .await;
-        let mut seen = std::collections::HashMap::new();
-        for (id, addr) in ids.into_iter().flatten() {
-            if let Some(first) = seen.insert(id, addr.clone()) {
-                return Err(Error::invalid(format!(
-                    "Redlock nodes {first} and {addr} are the same server (same run_id): it would count twice toward the majority"
-                )));
-            }
-        }
-        Ok(())
     }
 
     fn assemble(
@@ -418,7 +421,17 @@ impl Node {
                         "reconnecting a Redlock node",
                         "the node stays down",
                         async move {
-                            let built = builder.clone().build().await;
+                            // A node down at connect may turn out to be
+                            // another node's server under a second name: it
+                            // is then never counted.
+                            let built = builder.clone().build().await.and_then(|client| {
+                                admit(&node.servers, &node.addr, &client).map(|()| client)
+                            });
+                            if let Err(e) = &built {
+                                if e.is_invalid_argument() {
+                                    tracing::warn!(node = %node.addr, error = %e, "Redlock node refused");
+                                }
+                            }
                             let mut state = node.state.lock().unwrap_or_else(|e| e.into_inner());
                             *state = match built {
                                 Ok(client) => NodeState::Up(client),

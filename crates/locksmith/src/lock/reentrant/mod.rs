@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::conn::ATTEMPTS;
 use crate::engine::renewal::{Hold, Ownership, Registration};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
@@ -31,10 +32,6 @@ use handoff::Handoffs;
 
 use handoff::{Claim, TicketGuard};
 use release::{forget, release_locked, PendingRelease, Rollback};
-
-/// Attempts per script call when the reply is lost (timeout or dropped
-/// connection). Resending is safe because the scripts are idempotent.
-pub(in crate::lock) const ATTEMPTS: usize = 3;
 
 /// While a local release is handing the lock to a waiter, the waiter's
 /// fallback re-check comes no sooner than this (the outcome normally
@@ -559,7 +556,7 @@ impl Lock {
                 Ok((reply, acked)) => break (reply, sent_at, acked),
                 Err(e) => {
                     let e = client.map_err(e, Some(&self.shared.name));
-                    if attempt < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                    if e.may_resend(attempt) {
                         tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
                     } else {
                         // The rollback releases a grant that may have landed.

@@ -11,7 +11,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::handoff::Offer;
-use super::{HoldState, Lock, Shared, ATTEMPTS};
+use super::{HoldState, Lock, Shared};
 use crate::engine::batch::{Arg, Call};
 use crate::engine::keys;
 use crate::error::{Error, Result};
@@ -246,8 +246,8 @@ pub(in crate::lock) async fn release_locked(
             Ok(reply) => break reply,
             Err(e) => {
                 let e = client.map_err(e, Some(&shared.name));
-                let lost_reply = e.is_timeout() || e.is_connection_error();
-                if attempt < ATTEMPTS && lost_reply {
+                let lost_reply = e.is_reply_lost();
+                if e.may_resend(attempt) {
                     tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
                     flight.sends.resent = true;
                     continue;
@@ -466,7 +466,7 @@ async fn settle(
             }
             Err(e) => {
                 let e = shared.client.map_err(e, Some(&shared.name));
-                if !(e.is_timeout() || e.is_connection_error()) {
+                if !e.is_reply_lost() {
                     tracing::warn!(lock = %shared.name, error = %e, "Redis refused a release; the lease runs out by itself");
                     return; // Settling's drop forgets the hold.
                 }

@@ -19,7 +19,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use super::release::forget;
-use super::{attempt, HoldState, LockGuard, ATTEMPTS, NEXT_HOLDER_ID};
+use super::{attempt, HoldState, LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::notify::{Check, Wake};
@@ -597,7 +597,7 @@ impl ReadWriteLock {
                 // A resend whose first send released the last hold.
                 Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
                 Ok(_) => return Ok(None),
-                Err(e) if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
+                Err(e) if e.may_resend(sends) => {
                     tracing::debug!(lock = %self.shared.name, error = %e, "read-write release reply lost; resending");
                 }
                 Err(e) => return Err(e),

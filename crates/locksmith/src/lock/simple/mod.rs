@@ -246,9 +246,7 @@ impl SimpleLock {
                 .await
             {
                 Ok(reply) => break reply,
-                Err(e)
-                    if attempt < super::ATTEMPTS && (e.is_timeout() || e.is_connection_error()) => {
-                }
+                Err(e) if e.may_resend(attempt) => {}
                 Err(e) => return Err(e),
             }
         };
@@ -331,9 +329,7 @@ impl SimpleLock {
                         name: self.shared.name.clone(),
                     })
                 }
-                Err(e)
-                    if attempt < super::ATTEMPTS && (e.is_timeout() || e.is_connection_error()) =>
-                {
+                Err(e) if e.may_resend(attempt) => {
                     resent = true;
                 }
                 Err(e) => return Err(e),

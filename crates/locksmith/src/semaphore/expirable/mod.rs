@@ -25,10 +25,6 @@ use crate::error::{Error, Result};
 use crate::scripts;
 use crate::semaphore::wake_for_permits;
 
-/// Sends of one acquire attempt when its reply is lost (timeout or dropped
-/// connection). Resending is safe: the script is idempotent per permit id.
-const ATTEMPTS: usize = 3;
-
 /// A distributed semaphore whose permits have ids and leases (Redisson's
 /// `RPermitExpirableSemaphore` layout).
 ///
@@ -354,7 +350,7 @@ impl ExpirableSemaphore {
                 Ok((reply, acked)) => break (reply, sent_at, acked),
                 Err(e) => {
                     let e = client.map_err(e, Some(&shared.name));
-                    if sends < ATTEMPTS && (e.is_timeout() || e.is_connection_error()) {
+                    if e.may_resend(sends) {
                         tracing::debug!(semaphore = %shared.name, error = %e, "acquire reply lost; resending");
                     } else {
                         return Err(e);
