@@ -310,7 +310,7 @@ impl Lock {
     /// As the async `lock` (or `read` / `write`).
     pub fn lock(&self) -> Result<LockGuard> {
         self.acquire(None)
-            .and_then(|g| g.ok_or_else(|| Error::invalid("unreachable: no deadline")))
+            .and_then(|g| g.ok_or_else(|| Error::internal("no deadline where one was given")))
     }
 
     /// Tries once; `None` when someone else holds it.

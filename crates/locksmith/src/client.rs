@@ -550,6 +550,16 @@ impl Client {
         &self.inner.config
     }
 
+    /// How long (ms) a final release's receipt stays on the server (see
+    /// `engine::hold`): as long as this client may resend the release.
+    pub(crate) fn receipt_ttl_ms(&self) -> u64 {
+        let timing = Timing {
+            connect: self.config().connect_timeout,
+            command: self.config().command_timeout,
+        };
+        crate::engine::hold::receipt_ttl(timing).as_millis().max(1) as u64
+    }
+
     /// The notify hub (pub/sub waiters) of this client.
     pub(crate) fn hub(&self) -> &NotifyHub {
         &self.inner.hub

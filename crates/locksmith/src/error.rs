@@ -113,6 +113,19 @@ pub enum Error {
         errors: String,
     },
 
+    /// Redis answered something the library's own script or command
+    /// cannot answer: another program changed the primitive's keys in a
+    /// layout the library does not know, or a server speaks another
+    /// protocol version. Nothing more was changed by the call.
+    #[error("unexpected answer from Redis: {0}")]
+    Protocol(String),
+
+    /// A failure inside the library (a background task panicked or was
+    /// cut off by its runtime ending, an id range was used up, an internal
+    /// invariant did not hold). Not caused by the caller's input.
+    #[error("internal failure: {0}")]
+    Internal(String),
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -143,6 +156,11 @@ pub enum ErrorKind {
     NoQuorum,
     /// Any other error answered by Redis.
     Server,
+    /// Redis answered something the library cannot read (see
+    /// [`Error::Protocol`]).
+    Protocol,
+    /// A failure inside the library (see [`Error::Internal`]).
+    Internal,
 }
 
 /// Shorthand for `Result<T, locksmith::Error>`.
@@ -161,6 +179,8 @@ impl Error {
             Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
+            Error::Protocol(_) => ErrorKind::Protocol,
+            Error::Internal(_) => ErrorKind::Internal,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()
@@ -206,6 +226,16 @@ impl Error {
     /// Builds an [`Error::InvalidArgument`] from anything printable.
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// Builds an [`Error::Protocol`]: Redis answered something unexpected.
+    pub(crate) fn protocol(msg: impl Into<String>) -> Self {
+        Error::Protocol(msg.into())
+    }
+
+    /// Builds an [`Error::Internal`]: a failure inside the library.
+    pub(crate) fn internal(msg: impl Into<String>) -> Self {
+        Error::Internal(msg.into())
     }
 
     /// Converts a Redis error raised while touching `key`, turning

@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use crate::engine::scripts::{Lua, ANNOUNCE};
+use crate::engine::scripts::{Lua, ANNOUNCE, BATCH, RECEIPT};
 
 /// `NAME (marks) = "path" after [preludes];` declares a script: its file
 /// (`path.lua`), the preludes it needs, and marks from [`Lua`]'s builder:
@@ -27,25 +27,25 @@ macro_rules! catalogue {
 }
 
 catalogue! {
-    LOCK_ACQUIRE = "lock/reentrant/acquire";
-    LOCK_RELEASE = "lock/reentrant/release" after [ANNOUNCE];
+    LOCK_ACQUIRE = "lock/reentrant/acquire" after [BATCH];
+    LOCK_RELEASE = "lock/reentrant/release" after [BATCH, ANNOUNCE, RECEIPT];
     FORCE_UNLOCK (once) = "lock/reentrant/force_unlock" after [ANNOUNCE];
     LOCK_INFO (read) = "lock/reentrant/info";
     RENEW = "engine/renew";
     SIMPLE_ACQUIRE (unacked) = "lock/simple/acquire";
     SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE];
     MULTI_ACQUIRE = "lock/multi/acquire";
-    FAIR_ACQUIRE = "lock/fair/acquire" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
-    FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_ACQUIRE = "lock/fair/acquire" after [BATCH, ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, RECEIPT, include_str!("lock/fair/common.lua")];
     FAIR_LEAVE = "lock/fair/leave" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_INFO (read) = "lock/fair/info";
-    RW_ACQUIRE = "lock/rw/acquire" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
-    RW_RELEASE = "lock/rw/release" after [ANNOUNCE, include_str!("lock/rw/common.lua")];
+    RW_ACQUIRE = "lock/rw/acquire" after [BATCH, ANNOUNCE, include_str!("lock/rw/common.lua")];
+    RW_RELEASE = "lock/rw/release" after [ANNOUNCE, RECEIPT, include_str!("lock/rw/common.lua")];
     RW_INFO (read) = "lock/rw/info";
-    SEMAPHORE_ACQUIRE (once) = "semaphore/counting/acquire";
+    SEMAPHORE_ACQUIRE (once) = "semaphore/counting/acquire" after [BATCH];
     SEMAPHORE_UPDATE (once) = "semaphore/counting/update" after [ANNOUNCE];
     EXPIRABLE_ACQUIRE = "semaphore/expirable/acquire"
-        after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
+        after [BATCH, ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
     EXPIRABLE_UPDATE (once) = "semaphore/expirable/update"
         after [ANNOUNCE, include_str!("semaphore/expirable/common.lua")];
     LATCH (once) = "latch/latch" after [ANNOUNCE];

@@ -107,7 +107,7 @@ async fn an_exhausted_day_is_a_clear_error() {
         .query(&mut conn)
         .unwrap();
     let err = ids.next_id().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(err.kind(), ErrorKind::Internal);
     assert!(err.to_string().contains("exhausted"), "{err}");
 }
 

@@ -86,6 +86,8 @@ fn release_one(
         .arg(10_000)
         .arg(if if_alone { "1" } else { "0" })
         .arg("p")
+        .arg(0)
+        .arg(0)
         .invoke(c)
         .unwrap();
     replies[0]

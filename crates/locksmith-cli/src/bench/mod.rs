@@ -49,6 +49,10 @@ const ACQUIRE_SCRIPT: &str = "lock/reentrant/acquire";
 /// See [`ACQUIRE_SCRIPT`].
 const RELEASE_SCRIPT: &str = "lock/reentrant/release";
 
+/// How long the raw release leaves its receipt: what a client with the
+/// default timeouts asks for (3 s command x 3 sends + 5 s connect).
+const RAW_RECEIPT_MS: u64 = 14_000;
+
 /// The source of one of locksmith's scripts.
 fn library_script(name: &str) -> Result<&'static str, String> {
     locksmith::script_source(name).ok_or_else(|| format!("locksmith has no script named {name:?}"))
@@ -545,7 +549,11 @@ impl Bench {
                     .arg("")
                     .arg(0)
                     .arg(0)
-                    .arg("p");
+                    .arg("p")
+                    // The hold's token and the receipt's life, as the
+                    // library sends them (its default timeouts).
+                    .arg(1)
+                    .arg(RAW_RECEIPT_MS);
             }
             async move {
                 let mut ops = 0;

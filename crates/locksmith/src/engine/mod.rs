@@ -8,8 +8,10 @@
 //! and its wake policy; a fix to resending, undoing, waiting or holding is
 //! made here once.
 
+pub(crate) mod acquire;
 pub(crate) mod batch;
 pub(crate) mod conn;
+pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod notify;

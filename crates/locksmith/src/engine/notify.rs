@@ -560,6 +560,30 @@ impl Waiter {
     }
 }
 
+impl Waiter {
+    /// Hands a wake-up this waiter consumed without using it (its check
+    /// failed for a reason of its own, such as another member of a
+    /// MultiLock being busy) to the first waiter queued *behind* it that
+    /// is not awake, so a release that woke only one waiter is not lost.
+    /// Only later waiters are woken, so waiters that keep failing pass
+    /// it down the queue once and never back and forth.
+    pub(crate) fn pass_on(&self) {
+        let channels = self.shared.lock();
+        let Some(ch) = channels.get(&self.channel) else {
+            return;
+        };
+        if let Some(next) = ch
+            .queue
+            .iter()
+            .skip_while(|s| !Arc::ptr_eq(s, &self.slot))
+            .skip(1)
+            .find(|s| !s.woken.load(Ordering::SeqCst))
+        {
+            next.wake();
+        }
+    }
+}
+
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut channels = self.shared.lock();

@@ -21,6 +21,13 @@ pub(crate) const TOKEN: &str = include_str!("token.lua");
 /// `announce(channel, message, mode)` and `listeners(channel, mode)`.
 pub(crate) const ANNOUNCE: &str = include_str!("announce.lua");
 
+/// `each_request(nkeys, nargs, request)`: the loop of every batch script.
+pub(crate) const BATCH: &str = include_str!("batch.lua");
+
+/// `leave_receipt(key, field, token, ttl)` and `gone_answer(key, field,
+/// expected, token)`: the release receipts of `engine::hold`.
+pub(crate) const RECEIPT: &str = include_str!("receipt.lua");
+
 /// A composed script: its name (the file it was made from), its whole
 /// source, and the `Script` that sends it by SHA.
 pub(crate) struct Lua {

@@ -295,7 +295,7 @@ impl IdGenerator {
             .fetch_max(now, Ordering::SeqCst)
             .max(now);
         if !(0..SECS_LIMIT).contains(&secs) {
-            return Err(Error::invalid(format!(
+            return Err(Error::internal(format!(
                 "{secs} seconds since the id epoch do not fit 31 bits"
             )));
         }
@@ -323,7 +323,7 @@ impl IdGenerator {
 
     fn compose(&self, secs: i64, day: i64, seq: i64) -> Result<i64> {
         if !(0..SEQ_LIMIT).contains(&seq) {
-            return Err(Error::invalid(format!(
+            return Err(Error::internal(format!(
                 "the id sequence of {prefix:?} for day {day} is exhausted ({seq} >= 2^32); ids resume tomorrow",
                 prefix = &*self.prefix
             )));

@@ -1,9 +1,9 @@
 //! The lock family, one folder per kind: [`reentrant`] (Redisson's
 //! `RLock`, the lock every other kind borrows its hold state from),
-//! [`fair`], [`rw`], [`simple`], [`multi`] and [`redlock`]. `attempt.rs`
-//! is the acquire request the owner-based kinds (fair, read-write) share.
+//! [`fair`], [`rw`], [`simple`], [`multi`] and [`redlock`].
+//! The counted kinds (reentrant, fair, read-write) share the engine's
+//! acquire and release cores (`engine::acquire`, `engine::hold`).
 
-mod attempt;
 mod fair;
 mod multi;
 mod redlock;
@@ -18,4 +18,4 @@ pub use reentrant::{Lock, LockGuard, LockInfo};
 pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 
-use reentrant::{force_unlock, key_exists, release, HoldState, NEXT_HOLDER_ID};
+use reentrant::{force_unlock, key_exists, release, NEXT_HOLDER_ID};

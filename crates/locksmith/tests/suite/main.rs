@@ -6,6 +6,7 @@
 mod common;
 
 mod cancel;
+mod cancel_family;
 mod expirable;
 mod fair;
 mod fenced;

@@ -74,14 +74,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
 end
 
 local now = now_ms()
-local out = {}
-for i = 1, #KEYS / 4 do
-    local ok, reply = pcall(acquire, KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1],
-        KEYS[4 * i], ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], now)
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(4, 4, function(k, a)
+    return acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1],
+        ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], now)
+end)

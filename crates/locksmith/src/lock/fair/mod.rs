@@ -17,15 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::release::forget;
-use super::{attempt, HoldState, LockGuard, LockInfo, NEXT_HOLDER_ID};
+use super::{LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
+use crate::engine::acquire;
 use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{wake_one, Check, Keeper};
-use crate::engine::renewal::Ownership;
+use crate::engine::renewal::{Hold, Ownership};
 use crate::engine::task::detach;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
@@ -98,8 +99,9 @@ struct Shared {
     /// Keeps that channel subscribed from this owner's first wait until
     /// the handle is dropped, so successive waits cost no SUBSCRIBE.
     keeper: std::sync::OnceLock<Keeper>,
-    /// Counts this owner's waits; a background leave of a dropped wait is
-    /// skipped once a later wait has started.
+    /// Counts this owner's waits (single tries do not count); a background
+    /// leave of a dropped wait is skipped once a later wait has started
+    /// (that wait owns the queue entry now).
     waits: AtomicU64,
     /// This owner's field in the lock hash and entry in the queue.
     owner: Arc<str>,
@@ -321,9 +323,13 @@ impl FairLock {
             self.wait_timeout
         };
         // Leaves the queue if this future is dropped before it ends; an
-        // ending without the lock (out of time, failed) leaves inline.
-        let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut leave = LeaveOnDrop((!once).then(|| (self.clone(), epoch)));
+        // ending without the lock (out of time, failed) leaves inline. Only
+        // a wait counts as a new wait: a single try never joins the queue,
+        // so it must not make a dropped wait's leave skip.
+        let mut leave = LeaveOnDrop((!once).then(|| {
+            let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.clone(), epoch)
+        }));
         if !once {
             self.shared
                 .keeper
@@ -380,11 +386,18 @@ impl FairLock {
             ],
         );
         let this = self.clone();
-        let undo: attempt::Undo<HoldState> = Arc::new(move |state| {
+        let undo: acquire::Undo<HoldState> = Arc::new(move |mut state| {
             let this = this.clone();
-            Box::pin(async move { this.undo_grant(state, expected + 1).await })
+            Box::pin(async move {
+                // The release with the post-grant count undoes a grant that
+                // landed and answers "nothing changed" for one that did not.
+                state.count = expected + 1;
+                if let Err(e) = this.releaser().release_locked(state).await {
+                    tracing::debug!(lock = %this.shared.name, error = %e, "undoing a fair lock grant");
+                }
+            })
         });
-        let reply = match attempt::send(
+        let mut reply = match acquire::send(
             client,
             &shared.name,
             &shared.room.acquire,
@@ -397,57 +410,39 @@ impl FairLock {
             Ok(reply) => reply,
             Err(e) => return Err(self.name_wrong_key(e).await),
         };
-        let fields = reply.fields;
-        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
-        let (sent_at, first_sent, acked) = (reply.sent_at, reply.first_sent, reply.acked);
-        let mut state = reply.state;
-        match field(0) {
+        match reply.field(0) {
             0 => {
-                let wait = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
+                let wait = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
                 return Ok(Attempt::Queued {
                     until: Instant::now() + wait,
                 });
             }
             1 | 2 => {}
             -1 => {
-                forget(&mut state);
+                reply.state.state().forget();
                 return Err(self.not_held());
             }
             _ => {
-                return Err(Error::invalid(format!(
-                    "unexpected reply {fields:?} from the fair lock acquire script"
+                return Err(Error::protocol(format!(
+                    "unexpected reply {:?} from the fair lock acquire script",
+                    reply.fields
                 )))
             }
         }
-        let acks = client.acks();
-        if acks.short(acked) {
-            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
-            let count = u32::try_from(field(2)).unwrap_or(0);
-            self.undo_grant(state, count).await;
-            return Err(Error::NotReplicated {
-                name: shared.name.to_string(),
-                acked: acked.unwrap_or(0),
-                wanted: acks.min,
-            });
+        if client.acks().short(reply.acked) {
+            // Dropping the armed state undoes the grant.
+            return Err(acquire::not_replicated(client, &shared.name, reply.acked));
         }
-        let grant = attempt::Granted {
-            status: field(0),
-            token: field(1),
-            count: u32::try_from(field(2)).unwrap_or(0),
-            left_ms: field(3),
-            sent_at,
-            first_sent,
-        };
-        let hold = attempt::hash_hold(
-            &shared.name,
-            Ownership::HashField,
-            shared.owner.clone(),
+        let grant = acquire::Granted::from_reply(&reply);
+        let mut state = reply.state.keep();
+        let hold = Hold {
+            key: shared.name.clone(),
+            ownership: Ownership::HashField,
+            owner: shared.owner.clone(),
             lease,
-            self.lease.is_none(),
-        );
-        let Some(lease_state) = attempt::record_grant(client, &mut state, grant, hold) else {
-            return Err(self.not_held());
+            renew: self.lease.is_none(),
         };
+        let lease_state = acquire::record_grant(client, &mut state, grant, hold);
         Ok(Attempt::Granted(LockGuard::fair(
             self.clone(),
             state.token,
@@ -455,107 +450,46 @@ impl FairLock {
         )))
     }
 
-    /// Releases a hold the server may show at `count` that nobody will use
-    /// (an acquire whose caller went away, or one not replicated), with
-    /// the owner's state held throughout.
-    async fn undo_grant(&self, mut state: OwnedMutexGuard<HoldState>, count: u32) {
-        match self.release_call(count).await {
-            // Released the leftover hold (back to what the state says), or
-            // it never landed or was lost: nothing more to do.
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(lock = %self.shared.name, error = %e, "undoing a fair lock grant failed; it runs out with its lease");
-                forget(&mut state);
-            }
-        }
-        drop(state);
-    }
-
-    /// Releases one hold of this owner (used by [`LockGuard`]).
-    ///
-    /// Cancel safe: runs as a task of its own, so a dropped caller does not
-    /// interrupt it.
-    pub(super) async fn release_one(&self) -> Result<()> {
+    /// How this owner's holds are released (see [`Releaser`]).
+    fn releaser(&self) -> Releaser<HoldState> {
         let this = self.clone();
-        let task = tokio::spawn(async move {
-            let mut state = this.shared.state.clone().lock_owned().await;
-            let expected = state.count;
-            if expected == 0 {
-                return Err(this.not_held());
-            }
-            let released = match this.release_call(expected).await {
-                Ok(released) => released,
-                Err(e) => {
-                    // Unknown outcome. A last hold is no longer renewed, so
-                    // it runs out with its lease; the release is resent
-                    // in the background meanwhile.
-                    if expected == 1 {
-                        state.registration = None;
-                    }
-                    let (again, until) = (this.clone(), Instant::now() + this.lease());
-                    attempt::settle(
-                        state,
-                        until,
-                        move || {
-                            let again = again.clone();
-                            async move { again.release_call(expected).await }
-                        },
-                        attempt::record_release,
-                    );
-                    return Err(e);
-                }
-            };
-            attempt::record_release(&mut state, released);
-            match released {
-                None => Err(this.not_held()),
-                Some(left) => {
-                    if left > 0 {
-                        if let Some(reg) = &state.registration {
-                            reg.rearmed(Instant::now(), this.lease());
-                        }
-                    }
-                    Ok(())
-                }
-            }
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        Releaser {
+            state: self.shared.state.clone(),
+            hold: HoldState::whole,
+            name: self.shared.name.clone(),
+            rearm: Some(self.lease()),
+            lease: self.lease(),
+            send: Arc::new(move |expected, token| {
+                let this = this.clone();
+                Box::pin(async move { this.release_call(expected, token).await })
+            }),
         }
     }
 
-    /// One release request (resent on a lost reply: it is idempotent).
-    /// Answers the holds left (0: the lock was freed and the head waiter
-    /// told), or `None` when not held.
-    async fn release_call(&self, expected: u32) -> Result<Option<u32>> {
+    /// Releases one hold of this owner (used by [`LockGuard`]). Cancel
+    /// safe: runs as a task of its own.
+    pub(super) async fn release_one(&self) -> Result<()> {
+        self.releaser().release_one().await
+    }
+
+    /// One release request: answers the script's `(status, value)` (see
+    /// `engine::hold`).
+    async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;
-        let mut sends = 0;
-        loop {
-            sends += 1;
-            let mut invocation = scripts::FAIR_RELEASE.prepare_invoke();
-            invocation
-                .key(&*shared.name)
-                .key(&*shared.queue)
-                .key(&*shared.timeouts)
-                .arg(self.lease().as_millis() as u64)
-                .arg(&*shared.owner)
-                .arg(expected)
-                .arg(&*shared.channel_prefix)
-                .arg(client.notify_mode().code());
-            match client.invoke::<(i64, i64)>(&invocation, &shared.name).await {
-                Ok((1, _)) => return Ok(Some(0)),
-                Ok((2 | 4, left)) => return Ok(Some(u32::try_from(left).unwrap_or(0))),
-                // A resend whose first send freed the lock finds it gone:
-                // that is a success, not a loss.
-                Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
-                Ok(_) => return Ok(None),
-                Err(e) if e.may_resend(sends) => {
-                    tracing::debug!(lock = %shared.name, error = %e, "fair release reply lost; resending");
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let mut invocation = scripts::FAIR_RELEASE.prepare_invoke();
+        invocation
+            .key(&*shared.name)
+            .key(&*shared.queue)
+            .key(&*shared.timeouts)
+            .arg(self.lease().as_millis() as u64)
+            .arg(&*shared.owner)
+            .arg(expected)
+            .arg(&*shared.channel_prefix)
+            .arg(client.notify_mode().code())
+            .arg(token)
+            .arg(client.receipt_ttl_ms());
+        client.invoke(&invocation, &shared.name).await
     }
 
     /// Leaves the queue (idempotent), waking the next in line if the lock

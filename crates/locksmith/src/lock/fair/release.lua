@@ -8,7 +8,10 @@
 -- ARGV[3]  the hold count the owner believes it has before this release
 -- ARGV[4]  release channel prefix redisson_lock__channel:{NAME}
 -- ARGV[5]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- Returns {1, 0} freed (the head waiter told), {2, count} one hold
+-- ARGV[6]  the hold's fencing token, ARGV[7] how long (ms) a final
+--          release's receipt stays ('0': none; receipt.lua)
+-- Returns {1, 0} freed (the head waiter told; or a resend finding the
+-- receipt its first send left), {2, count} one hold
 -- released, count left, lease re-armed; {4, count} nothing changed, the
 -- owner has count holds (a resend whose first send landed); {0, count} not
 -- held by this owner (count on the server, 0 when none).
@@ -17,7 +20,7 @@ local owner, expected, prefix, mode = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[
 purge(queue, timeouts, now_ms())
 local held = redis.call('hget', key, owner)
 if held == false then
-    return {0, 0}
+    return gone_answer(key, owner, expected, ARGV[6])
 end
 held = tonumber(held)
 if held == expected then
@@ -28,6 +31,7 @@ if held == expected then
     end
     redis.call('del', key)
     wake_head(queue, prefix, '0', mode)
+    leave_receipt(key, owner, ARGV[6], ARGV[7])
     return {1, 0}
 end
 if held == expected - 1 then

@@ -392,7 +392,9 @@ impl MultiLock {
             })
             .collect();
         let client = locks[0].client().clone();
-        let mut waiters = Vec::new();
+        let mut waiters: Vec<crate::engine::notify::Waiter> = Vec::new();
+        // The member channel whose release message woke the last wait.
+        let mut woken_by: Option<usize> = None;
         loop {
             // In its own task: if this future is dropped mid-call, the
             // task still records the outcome, and guards nobody takes are
@@ -408,10 +410,19 @@ impl MultiLock {
                     }
                     return Ok(Some(MultiGuard { guards }));
                 }
-                Ok(Ok(Together::Busy(pttl))) => pttl,
+                Ok(Ok(Together::Busy(pttl))) => {
+                    // A release message wakes one waiter of this client per
+                    // channel; this attempt used it and failed (another
+                    // member is busy), so pass it on to a waiter queued
+                    // behind, which may need only the freed member.
+                    if let Some(i) = woken_by.take() {
+                        waiters[i].pass_on();
+                    }
+                    pttl
+                }
                 Ok(Err(e)) => return Err(e),
                 Err(e) => {
-                    return Err(Error::invalid(format!(
+                    return Err(Error::internal(format!(
                         "MultiLock acquire task failed: {e}"
                     )))
                 }
@@ -448,7 +459,7 @@ impl MultiLock {
             tokio::select! {
                 biased;
                 () = cancel.as_mut() => return Ok(None),
-                _ = any => {}
+                (woken, i, _) = any => woken_by = woken.then_some(i),
             }
         }
     }
@@ -460,7 +471,7 @@ impl MultiLock {
 /// count at the server's again.
 fn roll_back(
     locks: &[Lock],
-    states: Vec<tokio::sync::OwnedMutexGuard<super::HoldState>>,
+    states: Vec<tokio::sync::OwnedMutexGuard<crate::engine::hold::HoldState>>,
     first_sent: Instant,
 ) {
     for (lock, state) in locks.iter().zip(states) {
@@ -600,7 +611,7 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
             let name = match member.checked_sub(1).and_then(|i| locks.get(i)) {
                 Some(lock) => {
                     if let Some(mut state) = states.into_iter().nth(member - 1) {
-                        super::release::forget(&mut state);
+                        state.forget();
                     }
                     lock.name().to_owned()
                 }

@@ -866,7 +866,7 @@ impl Redlock {
             Ok((reply, _)) => match reply.as_slice() {
                 [1 | 2, token, ..] => Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0))),
                 [0, ..] => Ok(NodeGrant::Busy),
-                other => Err(Error::invalid(format!(
+                other => Err(Error::protocol(format!(
                     "unexpected acquire reply {other:?}"
                 ))),
             },
@@ -901,6 +901,9 @@ impl Redlock {
                 } else {
                     client.notify_mode().code()
                 }),
+                // No receipt: a node's release is not resent.
+                Arg::Static("0"),
+                Arg::Static("0"),
             ],
         );
         let room = client.room(RedlockRoom::new);

@@ -51,14 +51,6 @@ local function acquire(key, token_key, lease, owner, expected)
     return {-1, held, 0}
 end
 
-local out = {}
-for i = 1, #ARGV / 3 do
-    local ok, reply = pcall(acquire, KEYS[2 * i - 1], KEYS[2 * i],
-        ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(2, 3, function(k, a)
+    return acquire(KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+end)

@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::conn::ATTEMPTS;
-use crate::engine::renewal::{Hold, Ownership, Registration};
+use crate::engine::hold::HoldState;
+use crate::engine::renewal::{Hold, Ownership};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -31,7 +32,7 @@ pub use guard::LockGuard;
 use handoff::Handoffs;
 
 use handoff::{Claim, TicketGuard};
-use release::{forget, release_locked, PendingRelease, Rollback};
+use release::{release_locked, PendingRelease, Rollback};
 
 /// While a local release is handing the lock to a waiter, the waiter's
 /// fallback re-check comes no sooner than this (the outcome normally
@@ -110,18 +111,6 @@ pub(in crate::lock) struct Shared {
     /// Serializes acquire and release of this owner, so the hold count sent
     /// with each script call matches the server's.
     pub(in crate::lock) state: Arc<Mutex<HoldState>>,
-}
-
-/// This owner's hold, as last confirmed by the server.
-#[derive(Debug, Default)]
-pub(in crate::lock) struct HoldState {
-    /// Current hold count of this owner.
-    pub(in crate::lock) count: u32,
-    /// Fencing token of the current hold episode.
-    pub(in crate::lock) token: u64,
-    /// Watchdog registration of the current episode (also for fixed leases,
-    /// where it only runs the expiry timer).
-    pub(in crate::lock) registration: Option<Registration>,
 }
 
 /// Outcome of one acquire attempt.
@@ -610,7 +599,7 @@ impl Lock {
                 // The server does not know this owner's holds: they were
                 // lost. Start over from nothing, so the handle can acquire
                 // afresh once the lock is free.
-                forget(&mut state);
+                state.forget();
                 Err(self.not_held())
             }
         }

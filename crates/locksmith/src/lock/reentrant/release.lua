@@ -12,7 +12,8 @@
 --         channel, i.e. no other client waits for the lock, and how the
 --         release is announced: 'p' PUBLISH, 's' SPUBLISH (sharded, on a
 --         cluster), 'b' both
--- Returns one reply per request: {1, 0} freed (deleted and published),
+-- Returns one reply per request: {1, 0} freed (deleted and published; or
+-- a resend finding the receipt its first send left),
 -- {2, count} one hold released now, count holds left, lease re-armed now;
 -- {4, count} nothing changed, the owner has count holds (a resend whose
 -- first send landed, or the rollback of an acquire that never landed);
@@ -23,13 +24,14 @@
 -- counter key of the wrong type fails the request with nothing changed.
 -- announce() and listeners() come from announce.lua.
 local function release(key, channel, token_key, lease, owner, expected, message,
-                       successor, successor_lease, if_alone, mode)
+                       successor, successor_lease, if_alone, mode, hold_token, ttl)
     local held = redis.call('hget', key, owner)
     -- Fast path: the last hold of a lock nobody waits for here; counts are
     -- compared as the decimal strings they are, without conversion.
     if held == '1' and expected == '1' and successor == '' then
         redis.call('del', key)
         announce(channel, message, mode)
+        leave_receipt(key, owner, hold_token, ttl)
         return {1, 0}
     end
     expected = tonumber(expected)
@@ -41,7 +43,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
             -- waits for this answer, so it cannot have acquired by itself).
             return {3, tonumber(redis.call('get', token_key) or '0')}
         end
-        return {0, 0}
+        return gone_answer(key, owner, expected, hold_token)
     end
     held = tonumber(held)
     if held == expected then
@@ -63,6 +65,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
         end
         redis.call('del', key)
         announce(channel, message, mode)
+        leave_receipt(key, owner, hold_token, ttl)
         return {1, 0}
     end
     if held == expected - 1 then
@@ -71,15 +74,8 @@ local function release(key, channel, token_key, lease, owner, expected, message,
     return {0, held}
 end
 
-local out = {}
-for i = 1, #ARGV / 8 do
-    local ok, reply = pcall(release, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
-        ARGV[8 * i - 7], ARGV[8 * i - 6], ARGV[8 * i - 5], ARGV[8 * i - 4],
-        ARGV[8 * i - 3], ARGV[8 * i - 2], ARGV[8 * i - 1], ARGV[8 * i])
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(3, 10, function(k, a)
+    return release(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1], ARGV[a + 2],
+        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8],
+        ARGV[a + 9], ARGV[a + 10])
+end)

@@ -11,19 +11,11 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::handoff::Offer;
-use super::{HoldState, Lock, Shared};
+use super::{Lock, Shared};
 use crate::engine::batch::{Arg, Call};
+use crate::engine::hold::{apply_release as apply_answer, HoldState, Sends};
 use crate::engine::keys;
 use crate::error::{Error, Result};
-
-/// Forgets this owner's hold locally (it was released, or lost): count
-/// zero, no watchdog entry. Marks the lease lost if it was still live.
-pub(in crate::lock) fn forget(state: &mut HoldState) {
-    state.count = 0;
-    if let Some(reg) = state.registration.take() {
-        reg.state().mark_lost();
-    }
-}
 
 /// What the release script is asked to do, and what a resend must repeat.
 #[derive(Clone)]
@@ -41,6 +33,7 @@ impl ReleaseCall {
         shared: &Shared,
         lease: Duration,
         expected: u32,
+        token: u64,
         successor: Option<&Offer>,
     ) -> Self {
         let (successor, successor_lease, if_alone) = match successor {
@@ -66,6 +59,8 @@ impl ReleaseCall {
                     Arg::Int(successor_lease),
                     Arg::Static(if if_alone { "1" } else { "0" }),
                     Arg::Static(shared.client.notify_mode().code()),
+                    Arg::Int(token),
+                    Arg::Int(shared.client.receipt_ttl_ms()),
                 ],
             ),
             lease,
@@ -92,19 +87,6 @@ impl ReleaseCall {
         }
         Ok(reply)
     }
-}
-
-/// Facts about a release's sends that decide how to read its answer.
-#[derive(Clone, Copy)]
-struct Sends {
-    /// When the first send of this release went out.
-    first: Instant,
-    /// When the send that was answered went out.
-    answered: Instant,
-    /// An earlier send of the same release may have landed.
-    resent: bool,
-    /// The lease was already known lost before the first send.
-    lost_before: bool,
 }
 
 /// A release started by a future that was dropped before it held the
@@ -221,18 +203,13 @@ pub(in crate::lock) async fn release_locked(
             .handoffs
             .yield_to_others(&shared.name, Instant::now() + YIELD_MAX);
     }
-    let call = ReleaseCall::new(shared, lease, expected, offer.as_ref());
-    let first = Instant::now();
+    let token = state.token;
+    let call = ReleaseCall::new(shared, lease, expected, token, offer.as_ref());
     let mut flight = InFlight {
         shared: shared.clone(),
         state: Some(state),
-        plain: ReleaseCall::new(shared, lease, expected, None),
-        sends: Sends {
-            first,
-            answered: first,
-            resent: false,
-            lost_before,
-        },
+        plain: ReleaseCall::new(shared, lease, expected, token, None),
+        sends: Sends::start(),
         after: None,
         until,
     };
@@ -262,7 +239,7 @@ pub(in crate::lock) async fn release_locked(
                     // Redis refused the script: nothing was released, and
                     // resending cannot help. Give the hold up locally.
                     if let Some(mut state) = flight.resolve() {
-                        forget(&mut state);
+                        state.forget();
                     }
                 }
                 // Otherwise dropping the flight settles it in the
@@ -317,7 +294,8 @@ pub(in crate::lock) async fn release_locked(
 /// the hand-off streak limit.
 const YIELD_MAX: Duration = Duration::from_millis(50);
 
-/// Applies a release answer to the owner's state.
+/// Applies a release answer to the owner's state (see `engine::hold`;
+/// status 3, a hand-off, ends this owner's hold like a release).
 fn apply_release(
     shared: &Shared,
     state: &mut HoldState,
@@ -326,48 +304,16 @@ fn apply_release(
     value: i64,
     sends: Sends,
 ) -> Result<()> {
-    let not_held = || Error::NotHeld {
-        name: shared.name.to_string(),
-    };
-    match status {
-        1 | 3 => {
-            if status == 1 {
-                shared.room.handoffs.freed(&shared.name);
-            }
-            state.count = 0;
-            state.registration = None;
-            Ok(())
-        }
-        // One hold released now; the lease was re-armed by this send.
-        2 => {
-            state.count = u32::try_from(value).unwrap_or(0);
-            if let Some(reg) = &state.registration {
-                reg.rearmed(sends.answered, call.lease);
-            }
-            Ok(())
-        }
-        // Nothing changed now. After a resend the first send did it (and
-        // re-armed the lease then); otherwise the hold it would undo was
-        // never there (a rollback of an acquire that did not land).
-        4 => {
-            state.count = u32::try_from(value).unwrap_or(0);
-            if let (true, Some(reg)) = (sends.resent, &state.registration) {
-                reg.maybe_rearmed(sends.first, call.lease);
-            }
-            Ok(())
-        }
-        // Gone after a resend of the final release: the first send freed
-        // it, unless the lease was already lost before it went out.
-        0 if sends.resent && call.expected == 1 && value == 0 && !sends.lost_before => {
-            shared.room.handoffs.freed(&shared.name);
-            state.count = 0;
-            state.registration = None;
-            Ok(())
-        }
-        _ => {
-            forget(state);
-            Err(not_held())
-        }
+    if status == 1 {
+        shared.room.handoffs.freed(&shared.name);
+    }
+    let status = if status == 3 { 1 } else { status };
+    if apply_answer(state, status, value, sends, Some(call.lease)) {
+        Ok(())
+    } else {
+        Err(Error::NotHeld {
+            name: shared.name.to_string(),
+        })
     }
 }
 
@@ -393,7 +339,7 @@ fn spawn_settle(
         state.registration = None;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        forget(&mut state);
+        state.forget();
         return;
     };
     let settling = Settling(Some(state));
@@ -413,7 +359,7 @@ struct Settling(Option<OwnedMutexGuard<HoldState>>);
 impl Drop for Settling {
     fn drop(&mut self) {
         if let Some(mut state) = self.0.take() {
-            forget(&mut state);
+            state.forget();
         }
     }
 }
@@ -503,7 +449,7 @@ impl Drop for Rollback {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            forget(&mut state);
+            state.forget();
             return;
         };
         let shared = self.shared.clone();

@@ -97,15 +97,7 @@ end
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for i = 1, #KEYS / 3 do
-    local ok, reply = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i],
-        ARGV[6 * i - 5], ARGV[6 * i - 4], ARGV[6 * i - 3], ARGV[6 * i - 2],
-        ARGV[6 * i - 1], ARGV[6 * i], now)
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(3, 6, function(k, a)
+    return acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1], ARGV[a + 2],
+        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], now)
+end)

@@ -15,15 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::release::forget;
-use super::{attempt, HoldState, LockGuard, NEXT_HOLDER_ID};
+use super::{LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
+use crate::engine::acquire;
 use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{Check, Wake};
-use crate::engine::renewal::Ownership;
+use crate::engine::renewal::{Hold, Ownership};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -122,6 +123,14 @@ struct RwState {
 }
 
 impl RwState {
+    fn read(&mut self) -> &mut HoldState {
+        &mut self.read
+    }
+
+    fn write(&mut self) -> &mut HoldState {
+        &mut self.write
+    }
+
     fn side(&mut self, side: Side) -> &mut HoldState {
         match side {
             Side::Read => &mut self.read,
@@ -375,8 +384,12 @@ impl ReadWriteLock {
         let client = &self.shared.client;
         let claim =
             side == Side::Write && self.prefer_writers && !wait.is_some_and(|w| w.is_zero());
-        let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut withdraw = WithdrawOnDrop(claim.then(|| (self.clone(), epoch)));
+        // Only a claiming wait counts: a read or a single try never claims,
+        // so it must not make a dropped wait's withdrawal skip.
+        let mut withdraw = WithdrawOnDrop(claim.then(|| {
+            let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.clone(), epoch)
+        }));
         let recheck = if claim {
             self.lease() / 3
         } else {
@@ -397,7 +410,7 @@ impl ReadWriteLock {
             // Out of time or failed: withdraw the claim before returning,
             // so the owner's next wait cannot be overtaken by it.
             let state = self.shared.state.clone().lock_owned().await;
-            let _ = self.run_release("leave", 0).await;
+            let _ = self.run_release("leave", 0, 0).await;
             drop(state);
         }
         got
@@ -427,11 +440,18 @@ impl ReadWriteLock {
             ],
         );
         let this = self.clone();
-        let undo: attempt::Undo<RwState> = Arc::new(move |state| {
+        let undo: acquire::Undo<RwState> = Arc::new(move |mut state| {
             let this = this.clone();
-            Box::pin(async move { this.undo_grant(state, side, expected + 1).await })
+            Box::pin(async move {
+                // The release with the post-grant count undoes a grant that
+                // landed and answers "nothing changed" for one that did not.
+                state.side(side).count = expected + 1;
+                if let Err(e) = this.releaser(side).release_locked(state).await {
+                    tracing::debug!(lock = %this.shared.name, error = %e, "undoing a read-write lock grant");
+                }
+            })
         });
-        let reply = match attempt::send(
+        let mut reply = match acquire::send(
             client,
             &shared.name,
             &shared.room.acquire,
@@ -444,17 +464,14 @@ impl ReadWriteLock {
             Ok(reply) => reply,
             Err(e) => return Err(self.name_wrong_key(e).await),
         };
-        let fields = reply.fields;
-        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
-        state = reply.state;
-        match field(0) {
+        match reply.field(0) {
             0 => {
-                let pttl = Duration::from_millis(u64::try_from(field(1)).unwrap_or(0));
+                let pttl = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
                 return Ok(Check::NotYet(Some(Instant::now() + pttl)));
             }
             1 | 2 => {}
             -1 => {
-                forget(state.side(side));
+                reply.state.state().side(side).forget();
                 return Err(self.not_held());
             }
             -3 => {
@@ -463,50 +480,31 @@ impl ReadWriteLock {
                 })
             }
             _ => {
-                return Err(Error::invalid(format!(
-                    "unexpected reply {fields:?} from the read-write lock acquire script"
+                return Err(Error::protocol(format!(
+                    "unexpected reply {:?} from the read-write lock acquire script",
+                    reply.fields
                 )))
             }
         }
-        let acks = client.acks();
-        if acks.short(reply.acked) {
-            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
-            let count = u32::try_from(field(2)).unwrap_or(0);
-            self.undo_grant(state, side, count).await;
-            return Err(Error::NotReplicated {
-                name: shared.name.to_string(),
-                acked: reply.acked.unwrap_or(0),
-                wanted: acks.min,
-            });
+        if client.acks().short(reply.acked) {
+            // Dropping the armed state undoes the grant.
+            return Err(acquire::not_replicated(client, &shared.name, reply.acked));
         }
-        let grant = attempt::Granted {
-            status: field(0),
-            token: field(1),
-            count: u32::try_from(field(2)).unwrap_or(0),
-            left_ms: field(3),
-            sent_at: reply.sent_at,
-            first_sent: reply.first_sent,
+        let grant = acquire::Granted::from_reply(&reply);
+        let mut state = reply.state.keep();
+        let (ownership, owner) = match side {
+            Side::Read => (Ownership::ReadHolds, shared.owner.clone()),
+            Side::Write => (Ownership::HashField, shared.writer_field.clone()),
         };
-        let hold = match side {
-            Side::Read => attempt::hash_hold(
-                &shared.name,
-                Ownership::ReadHolds,
-                shared.owner.clone(),
-                lease,
-                self.lease.is_none(),
-            ),
-            Side::Write => attempt::hash_hold(
-                &shared.name,
-                Ownership::HashField,
-                shared.writer_field.clone(),
-                lease,
-                self.lease.is_none(),
-            ),
+        let hold = Hold {
+            key: shared.name.clone(),
+            ownership,
+            owner,
+            lease,
+            renew: self.lease.is_none(),
         };
         let hold_state = state.side(side);
-        let Some(lease_state) = attempt::record_grant(client, hold_state, grant, hold) else {
-            return Err(self.not_held());
-        };
+        let lease_state = acquire::record_grant(client, hold_state, grant, hold);
         let token = hold_state.token;
         Ok(Check::Done(LockGuard::read_write(
             self.clone(),
@@ -516,97 +514,39 @@ impl ReadWriteLock {
         )))
     }
 
-    /// Releases a hold the server may show at `count` that nobody will use,
-    /// with the owner's state held throughout.
-    async fn undo_grant(&self, mut state: OwnedMutexGuard<RwState>, side: Side, count: u32) {
-        if let Err(e) = self.release_call(side, count).await {
-            tracing::warn!(lock = %self.shared.name, error = %e, "undoing a read-write lock grant failed; it runs out with its lease");
-            forget(state.side(side));
-        }
-        drop(state);
-    }
-
-    /// Releases one hold of `side` (used by [`LockGuard`]).
-    ///
-    /// Cancel safe: runs as a task of its own.
-    pub(super) async fn release_one(&self, side: Side) -> Result<()> {
+    /// How this owner's holds of `side` are released (see [`Releaser`]).
+    /// A write release re-arms the write holds left; read holds keep their
+    /// own leases.
+    fn releaser(&self, side: Side) -> Releaser<RwState> {
         let this = self.clone();
-        let task = tokio::spawn(async move {
-            let mut state = this.shared.state.clone().lock_owned().await;
-            let expected = state.side(side).count;
-            if expected == 0 {
-                return Err(this.not_held());
-            }
-            let released = match this.release_call(side, expected).await {
-                Ok(released) => released,
-                Err(e) => {
-                    // Unknown outcome. A last hold is no longer renewed, so
-                    // it runs out with its lease; the release is resent in
-                    // the background meanwhile.
-                    if expected == 1 {
-                        state.side(side).registration = None;
-                    }
-                    let (again, until) = (this.clone(), Instant::now() + this.lease());
-                    let record = match side {
-                        Side::Read => record_read as fn(&mut RwState, Option<u32>),
-                        Side::Write => record_write,
-                    };
-                    attempt::settle(
-                        state,
-                        until,
-                        move || {
-                            let again = again.clone();
-                            async move { again.release_call(side, expected).await }
-                        },
-                        record,
-                    );
-                    return Err(e);
-                }
-            };
-            let hold = state.side(side);
-            attempt::record_release(hold, released);
-            match released {
-                None => Err(this.not_held()),
-                Some(left) => {
-                    // Read holds keep their own keys' leases; a remaining
-                    // write hold was re-armed by the release.
-                    if left > 0 && side == Side::Write {
-                        if let Some(reg) = &hold.registration {
-                            reg.rearmed(Instant::now(), this.lease());
-                        }
-                    }
-                    Ok(())
-                }
-            }
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+        Releaser {
+            state: self.shared.state.clone(),
+            hold: match side {
+                Side::Read => RwState::read,
+                Side::Write => RwState::write,
+            },
+            name: self.shared.name.clone(),
+            rearm: (side == Side::Write).then(|| self.lease()),
+            lease: self.lease(),
+            send: Arc::new(move |expected, token| {
+                let this = this.clone();
+                Box::pin(async move { this.run_release(side.code(), expected, token).await })
+            }),
         }
     }
 
-    /// One release request of `side` (resent on a lost reply: it is
-    /// idempotent). Answers the holds left, or `None` when not held.
-    async fn release_call(&self, side: Side, expected: u32) -> Result<Option<u32>> {
-        let mut sends = 0;
-        loop {
-            sends += 1;
-            match self.run_release(side.code(), expected).await {
-                Ok((1, _)) => return Ok(Some(0)),
-                Ok((2 | 4, left)) => return Ok(Some(u32::try_from(left).unwrap_or(0))),
-                // A resend whose first send released the last hold.
-                Ok((_, 0)) if sends > 1 => return Ok(Some(0)),
-                Ok(_) => return Ok(None),
-                Err(e) if e.may_resend(sends) => {
-                    tracing::debug!(lock = %self.shared.name, error = %e, "read-write release reply lost; resending");
-                }
-                Err(e) => return Err(e),
-            }
-        }
+    /// Releases one hold of `side` (used by [`LockGuard`]). Cancel safe:
+    /// runs as a task of its own.
+    pub(super) async fn release_one(&self, side: Side) -> Result<()> {
+        self.releaser(side).release_one().await
     }
 
-    async fn run_release(&self, kind: &str, expected: u32) -> Result<(i64, i64)> {
+    /// One release request (`kind` `r`, `w`, or `leave` to withdraw a
+    /// writer's claim): answers the script's `(status, value)` (see
+    /// `engine::hold`).
+    async fn run_release(&self, kind: &str, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
+        let client = &shared.client;
         let mut invocation = scripts::RW_RELEASE.prepare_invoke();
         invocation
             .key(&*shared.name)
@@ -616,8 +556,10 @@ impl ReadWriteLock {
             .arg(expected)
             .arg(self.lease().as_millis() as u64)
             .arg(&*shared.channel)
-            .arg(shared.client.notify_mode().code());
-        shared.client.invoke(&invocation, &shared.name).await
+            .arg(client.notify_mode().code())
+            .arg(token)
+            .arg(client.receipt_ttl_ms());
+        client.invoke(&invocation, &shared.name).await
     }
 
     /// Names the key of the wrong type among the lock's keys.
@@ -638,16 +580,6 @@ impl ReadWriteLock {
     }
 }
 
-/// Records the outcome of a settled read release (see `attempt::settle`).
-fn record_read(state: &mut RwState, left: Option<u32>) {
-    attempt::record_release(&mut state.read, left);
-}
-
-/// Records the outcome of a settled write release.
-fn record_write(state: &mut RwState, left: Option<u32>) {
-    attempt::record_release(&mut state.write, left);
-}
-
 /// Withdraws a preferring writer's claim in the background when its
 /// acquire future is dropped midway (armed with the owner and the number
 /// of its wait); skipped if the owner started another wait meanwhile.
@@ -663,7 +595,7 @@ impl Drop for WithdrawOnDrop {
                     // After any call of this owner still settling.
                     let state = lock.shared.state.clone().lock_owned().await;
                     if lock.shared.waits.load(Ordering::SeqCst) == epoch {
-                        let _ = lock.run_release("leave", 0).await;
+                        let _ = lock.run_release("leave", 0, 0).await;
                     }
                     drop(state);
                 },

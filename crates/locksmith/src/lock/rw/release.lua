@@ -9,7 +9,10 @@
 -- lease (the hash's own expiry) and each read hold's timeout key.
 -- ARGV[5]  channel redisson_rwlock:{NAME}
 -- ARGV[6]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- Returns {1, 0} this owner's last hold of that kind released; {2, count}
+-- ARGV[7]  the hold's fencing token, ARGV[8] how long (ms) the receipt of
+--          an owner's last hold of that kind stays ('0': none; receipt.lua)
+-- Returns {1, 0} this owner's last hold of that kind released (or a resend
+-- finding the receipt its first send left); {2, count}
 -- one released, count left; {4, count} nothing changed, the owner has count
 -- holds (a resend whose first send landed); {0, count} not held.
 -- A write unlock announces '1' (Redisson's READ_UNLOCK_MESSAGE: everyone
@@ -18,8 +21,13 @@
 local key, writers = KEYS[1], KEYS[2]
 local kind, owner, expected, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local channel, mode = ARGV[5], ARGV[6]
+local hold_token, ttl = ARGV[7], ARGV[8]
 if kind == 'leave' then
-    redis.call('zrem', writers, owner)
+    -- A waiting writer gives up its claim: readers held back by it may go
+    -- now, so tell them.
+    if redis.call('zrem', writers, owner) == 1 then
+        announce(channel, '1', mode)
+    end
     return {1, 0}
 end
 local field = owner
@@ -28,9 +36,7 @@ if kind == 'w' then
 end
 local held = redis.call('hget', key, field)
 if held == false then
-    -- Not held (lost, or a resend whose first send released the last
-    -- hold: the caller tells the two apart).
-    return {0, 0}
+    return gone_answer(key, field, expected, hold_token)
 end
 held = tonumber(held)
 if held == expected - 1 then
@@ -58,6 +64,7 @@ if kind == 'w' then
         end
     end
     announce(channel, '1', mode)
+    leave_receipt(key, field, hold_token, ttl)
     return {1, 0}
 end
 local left = redis.call('hincrby', key, field, -1)
@@ -83,11 +90,13 @@ if redis.call('hlen', key) > 1 then
     if longest > 0 then
         redis.call('pexpire', key, longest)
         if left == 0 then
+            leave_receipt(key, field, hold_token, ttl)
             return {1, 0}
         end
         return {2, left}
     end
     if redis.call('hget', key, 'mode') == 'write' then
+        leave_receipt(key, field, hold_token, ttl)
         return {1, 0}
     end
     -- Only read holds whose leases ran out (their owners died): the lock
@@ -95,4 +104,5 @@ if redis.call('hlen', key) > 1 then
 end
 redis.call('del', key)
 announce(channel, '0', mode)
+leave_receipt(key, field, hold_token, ttl)
 return {1, 0}

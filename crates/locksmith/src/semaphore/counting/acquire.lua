@@ -26,13 +26,6 @@ local function acquire(key, wanted)
     return {0, available}
 end
 
-local out = {}
-for i, key in ipairs(KEYS) do
-    local ok, reply = pcall(acquire, key, ARGV[i])
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(1, 1, function(k, a)
+    return acquire(KEYS[k + 1], ARGV[a + 1])
+end)

@@ -353,7 +353,7 @@ impl Semaphore {
                 Ok(Attempt::Taken)
             }
             [0, _] => Ok(Attempt::Short),
-            _ => Err(Error::invalid(format!(
+            _ => Err(Error::protocol(format!(
                 "unexpected reply {reply:?} from the semaphore acquire script"
             ))),
         }
@@ -366,7 +366,7 @@ impl Semaphore {
         let task = tokio::spawn(async move { this.update("add", permits as i64).await });
         match task.await {
             Ok(result) => result.map(drop),
-            Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+            Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
         }
     }
 

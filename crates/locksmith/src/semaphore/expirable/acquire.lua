@@ -38,14 +38,7 @@ local function acquire(key, timeouts, hex, lease, channel, mode, now)
 end
 
 local now = now_ms()
-local out = {}
-for i = 1, #KEYS / 2 do
-    local ok, reply = pcall(acquire, KEYS[2 * i - 1], KEYS[2 * i], ARGV[4 * i - 3],
-        ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], now)
-    if ok then
-        out[i] = reply
-    else
-        out[i] = {-2, type(reply) == 'table' and reply.err or tostring(reply)}
-    end
-end
-return out
+return each_request(2, 4, function(k, a)
+    return acquire(KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+        ARGV[a + 4], now)
+end)

@@ -502,7 +502,7 @@ impl Permit {
         let release = async move {
             match task.await {
                 Ok(result) => result,
-                Err(e) => Err(Error::invalid(format!("the release task failed: {e}"))),
+                Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
             }
         };
         match hold {

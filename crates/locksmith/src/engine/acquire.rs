@@ -1,0 +1,234 @@
+//! The acquire core of the counted kinds: one acquire request, sent
+//! through the kind's batcher with the owner's state held, resent after a
+//! lost reply (the scripts recognize a resend by the hold count the owner
+//! sends), and undone in the background when nobody will use what it may
+//! have granted.
+//!
+//! The undo is armed for as long as a grant may exist that no caller has
+//! taken: from the first send until the caller keeps the reply
+//! ([`Armed::keep`]). Dropped while armed (the caller went away mid-call,
+//! between sends, or after reading a grant it cannot use, such as one too
+//! few replicas saw), it runs the kind's undo *after* the request it
+//! undoes has settled (answered, or withdrawn unsent), so the undo can
+//! never reach Redis ahead of the grant. The owner's state stays held
+//! until the undo is done, so no later call of the owner overtakes it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::engine::batch::{self, Batcher, Call, Tracked};
+use crate::engine::hold::HoldState;
+use crate::engine::lease::LeaseState;
+use crate::engine::renewal::Hold;
+use crate::engine::task::detach;
+use crate::error::{Error, Result};
+
+/// Undoes a grant that may have landed, given the owner's state.
+pub(crate) type Undo<S> =
+    Arc<dyn Fn(OwnedMutexGuard<S>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// The owner's state with an undo armed (see the module docs).
+pub(crate) struct Armed<S: Send + 'static> {
+    /// The owner's state; `None` once kept.
+    state: Option<OwnedMutexGuard<S>>,
+    /// What undoes a grant; `None` when nothing needs undoing.
+    undo: Option<Undo<S>>,
+    /// Settles once the latest send can no longer reach Redis.
+    after: Option<Tracked>,
+}
+
+impl<S: Send + 'static> Armed<S> {
+    /// The caller takes the reply and the state with it: disarms the undo.
+    pub(crate) fn keep(mut self) -> OwnedMutexGuard<S> {
+        self.undo = None;
+        self.state
+            .take()
+            .expect("an armed state is only taken by keep(), which consumes it")
+    }
+
+    /// The state, still armed.
+    pub(crate) fn state(&mut self) -> &mut S {
+        self.state
+            .as_deref_mut()
+            .expect("an armed state is only taken by keep(), which consumes it")
+    }
+}
+
+impl<S: Send + 'static> Drop for Armed<S> {
+    fn drop(&mut self) {
+        let (Some(state), Some(undo)) = (self.state.take(), self.undo.take()) else {
+            return;
+        };
+        let after = self.after.take();
+        detach(
+            "undoing a grant nobody took",
+            "the hold stays until its lease runs out",
+            async move {
+                if let Some(after) = after {
+                    after.settled().await;
+                }
+                undo(state).await;
+            },
+        );
+    }
+}
+
+/// An acquire reply, and when it was asked for.
+pub(crate) struct Reply<S: Send + 'static> {
+    /// The script's answer for this request: status first (1 granted by
+    /// this send, 2 granted by an earlier one, see [`Granted`]).
+    pub(crate) fields: Vec<i64>,
+    /// When the send that was answered went out.
+    pub(crate) sent_at: Instant,
+    /// When the first send went out (a grant by an earlier send started
+    /// no earlier).
+    pub(crate) first_sent: Instant,
+    /// Replicas that acknowledged, if asked.
+    pub(crate) acked: Option<u32>,
+    /// The owner's state; armed when the reply is a grant.
+    pub(crate) state: Armed<S>,
+}
+
+impl<S: Send + 'static> Reply<S> {
+    /// Field `i` of the reply (0 when missing).
+    pub(crate) fn field(&self, i: usize) -> i64 {
+        self.fields.get(i).copied().unwrap_or(0)
+    }
+}
+
+/// Sends `call` through `batcher` for lock `name` (see the module docs).
+/// A reply with status 1 or 2 is a grant, and comes back with the undo
+/// armed; any other reply comes back disarmed. A wrong-type error is
+/// answered without undo (the script changed nothing).
+pub(crate) async fn send<S: Send + 'static>(
+    client: &Client,
+    name: &str,
+    batcher: &Batcher,
+    call: Call,
+    state: OwnedMutexGuard<S>,
+    undo: Undo<S>,
+) -> Result<Reply<S>> {
+    let mut armed = Armed {
+        state: Some(state),
+        undo: Some(undo),
+        after: None,
+    };
+    let first_sent = Instant::now();
+    let mut sends = 0;
+    loop {
+        sends += 1;
+        let sent_at = Instant::now();
+        let (tracker, tracked) = batch::tracker();
+        armed.after = Some(tracked);
+        match batcher.call::<Vec<i64>>(call.clone(), Some(tracker)).await {
+            Ok((fields, acked)) => {
+                if !matches!(fields.first(), Some(1 | 2)) {
+                    armed.undo = None;
+                }
+                return Ok(Reply {
+                    fields,
+                    sent_at,
+                    first_sent,
+                    acked,
+                    state: armed,
+                });
+            }
+            Err(e) => {
+                let e = client.map_err(e, Some(name));
+                if e.may_resend(sends) {
+                    tracing::debug!(lock = %name, error = %e, "acquire reply lost; resending");
+                    continue;
+                }
+                if !e.is_reply_lost() {
+                    // Redis answered with an error: nothing was granted.
+                    armed.undo = None;
+                }
+                // Otherwise the outcome is unknown: dropping `armed` undoes
+                // a grant that may have landed.
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// What a grant reply says, for [`record_grant`].
+pub(crate) struct Granted {
+    /// 1: granted by the send answered at `sent_at`; 2: by an earlier send
+    /// (no earlier than `first_sent`), with `left_ms` of lease left.
+    pub(crate) status: i64,
+    /// Fencing token of the grant (used for a first hold).
+    pub(crate) token: i64,
+    /// The owner's hold count now.
+    pub(crate) count: u32,
+    /// Lease left on the server (status 2).
+    pub(crate) left_ms: i64,
+    pub(crate) sent_at: Instant,
+    pub(crate) first_sent: Instant,
+}
+
+impl Granted {
+    /// Reads the grant fields `{status, token, count, pttl}` of `reply`.
+    pub(crate) fn from_reply<S: Send + 'static>(reply: &Reply<S>) -> Granted {
+        Granted {
+            status: reply.field(0),
+            token: reply.field(1),
+            count: u32::try_from(reply.field(2)).unwrap_or(0),
+            left_ms: reply.field(3),
+            sent_at: reply.sent_at,
+            first_sent: reply.first_sent,
+        }
+    }
+}
+
+/// Records a grant in the owner's `state`: a first hold registers `hold`
+/// with the watchdog (its lease runs from the send that set it); a further
+/// hold re-arms the registration. Answers the lease state for the guard.
+pub(crate) fn record_grant(
+    client: &Client,
+    state: &mut HoldState,
+    grant: Granted,
+    hold: Hold,
+) -> Arc<LeaseState> {
+    let armed_at = if grant.status == 1 {
+        grant.sent_at
+    } else {
+        grant.first_sent
+    };
+    let lease = hold.lease;
+    let reg = match &state.registration {
+        Some(reg) if state.count > 0 => {
+            reg.rearmed(armed_at, lease);
+            reg
+        }
+        _ => {
+            state.token = u64::try_from(grant.token).unwrap_or(0);
+            state
+                .registration
+                .insert(client.renewer().register(hold, armed_at))
+        }
+    };
+    if grant.status == 2 {
+        let left = Duration::from_millis(u64::try_from(grant.left_ms).unwrap_or(0));
+        reg.maybe_rearmed(grant.sent_at, left);
+    }
+    let lease_state = reg.state().clone();
+    state.count = grant.count;
+    lease_state
+}
+
+/// The error of a grant too few replicas acknowledged (the caller drops
+/// the armed state with it, which undoes the grant).
+pub(crate) fn not_replicated(client: &Client, name: &str, acked: Option<u32>) -> Error {
+    metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
+    Error::NotReplicated {
+        name: name.to_owned(),
+        acked: acked.unwrap_or(0),
+        wanted: client.acks().min,
+    }
+}

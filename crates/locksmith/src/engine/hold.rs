@@ -1,0 +1,293 @@
+//! An owner's counted hold (a hash field whose value counts re-entries)
+//! and the release core every counted kind shares: one release request,
+//! resent after a lost reply, read into the owner's state, and settled in
+//! the background when Redis stops answering.
+//!
+//! A release script answers one of four statuses (the kinds' scripts agree
+//! on them):
+//! - `1`: this owner's last hold is released (freed, or found freed by an
+//!   earlier send of the same release through its *receipt*, see below);
+//! - `2`: one hold released, `value` left, the lease re-armed by this send;
+//! - `4`: nothing changed, the owner has `value` holds: a resend whose
+//!   first send landed, or the undo of a grant that never landed;
+//! - `0`: not held by this owner (`value`: the count the server has).
+//!
+//! **Receipts.** A final release leaves a receipt
+//! (`{NAME}:locksmith_released:<field>` = the hold's fencing token, for
+//! [`receipt_ttl`]). A resend that finds the hold gone answers `1` only
+//! when the receipt of this very hold is there, so "gone after a resend" is
+//! read as released only when this release did it; a hold wiped by a
+//! restart or a failover, or one that expired, answers `0` ([`NotHeld`]).
+//!
+//! [`NotHeld`]: crate::Error::NotHeld
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::engine::conn::{Timing, ATTEMPTS};
+use crate::engine::renewal::Registration;
+use crate::engine::task::detach;
+use crate::error::{Error, Result};
+
+/// This owner's hold, as last confirmed by the server.
+#[derive(Debug, Default)]
+pub(crate) struct HoldState {
+    /// Current hold count of this owner.
+    pub(crate) count: u32,
+    /// Fencing token of the current hold episode.
+    pub(crate) token: u64,
+    /// Watchdog registration of the current episode (also for fixed leases,
+    /// where it only runs the expiry timer).
+    pub(crate) registration: Option<Registration>,
+}
+
+impl HoldState {
+    /// Forgets the hold locally (it was released, or lost): count zero, no
+    /// watchdog entry. Marks the lease lost if it was still live.
+    pub(crate) fn forget(&mut self) {
+        self.count = 0;
+        if let Some(reg) = self.registration.take() {
+            reg.state().mark_lost();
+        }
+    }
+
+    /// The hold itself, for a [`Releaser`] whose owner state is just
+    /// this hold.
+    pub(crate) fn whole(&mut self) -> &mut HoldState {
+        self
+    }
+
+    /// The hold is over (released): count zero, no longer renewed.
+    fn ended(&mut self) {
+        self.count = 0;
+        self.registration = None;
+    }
+}
+
+/// How long a final release's receipt stays: as long as the release may
+/// be resent inline (every send may take the command timeout, plus one
+/// reconnect). A resend in the background after that finds no receipt and
+/// counts the hold as lost, which only ends it sooner locally (its caller
+/// was already told the release failed).
+pub(crate) fn receipt_ttl(timing: Timing) -> Duration {
+    timing.command * ATTEMPTS as u32 + timing.connect
+}
+
+/// When a release's sends went out: what decides how to read its answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sends {
+    /// When the first send went out.
+    pub(crate) first: Instant,
+    /// When the send that was answered went out.
+    pub(crate) answered: Instant,
+    /// An earlier send of the same release may have landed.
+    pub(crate) resent: bool,
+}
+
+impl Sends {
+    /// A release about to be sent for the first time.
+    pub(crate) fn start() -> Sends {
+        let now = Instant::now();
+        Sends {
+            first: now,
+            answered: now,
+            resent: false,
+        }
+    }
+}
+
+/// Reads a release's answer (`status`, `value`, see the module docs) into
+/// the owner's hold. `rearm` is the lease a release re-arms remaining holds
+/// to, or `None` when the kind's release does not touch their leases (read
+/// holds keep their own). A re-arm is measured from the send that did it,
+/// and a resend answered "nothing changed" may only move the deadline
+/// earlier (the first send re-armed it, no earlier than it went out).
+/// Answers whether the owner still held what it released.
+pub(crate) fn apply_release(
+    hold: &mut HoldState,
+    status: i64,
+    value: i64,
+    sends: Sends,
+    rearm: Option<Duration>,
+) -> bool {
+    let left = u32::try_from(value).unwrap_or(0);
+    match status {
+        1 => hold.ended(),
+        2 => {
+            hold.count = left;
+            if let (Some(lease), Some(reg)) = (rearm, &hold.registration) {
+                reg.rearmed(sends.answered, lease);
+            }
+        }
+        4 => {
+            hold.count = left;
+            if let (true, Some(lease), Some(reg)) = (sends.resent, rearm, &hold.registration) {
+                reg.maybe_rearmed(sends.first, lease);
+            }
+        }
+        _ => {
+            hold.forget();
+            return false;
+        }
+    }
+    true
+}
+
+/// Sends one release request of a counted kind: `expected` is the hold
+/// count the owner has before it, `token` the hold's fencing token (its
+/// receipt). Answers `(status, value)`.
+pub(crate) type SendRelease =
+    Arc<dyn Fn(u32, u64) -> Pin<Box<dyn Future<Output = Result<(i64, i64)>> + Send>> + Send + Sync>;
+
+/// One kind of counted hold, as the release core sees it.
+pub(crate) struct Releaser<S> {
+    /// The owner's state, which serializes its calls.
+    pub(crate) state: Arc<Mutex<S>>,
+    /// Which hold in the state this release is about.
+    pub(crate) hold: fn(&mut S) -> &mut HoldState,
+    /// The lock's name, for errors and logs.
+    pub(crate) name: Arc<str>,
+    /// The lease remaining holds are re-armed to (see [`apply_release`]).
+    pub(crate) rearm: Option<Duration>,
+    /// How long a hold with no registration may still be on the server
+    /// when a release of it is settled in the background.
+    pub(crate) lease: Duration,
+    /// The kind's release request.
+    pub(crate) send: SendRelease,
+}
+
+impl<S> Clone for Releaser<S> {
+    fn clone(&self) -> Self {
+        Releaser {
+            state: self.state.clone(),
+            hold: self.hold,
+            name: self.name.clone(),
+            rearm: self.rearm,
+            lease: self.lease,
+            send: self.send.clone(),
+        }
+    }
+}
+
+impl<S: Send + 'static> Releaser<S> {
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.name.to_string(),
+        }
+    }
+
+    /// Releases one hold, from a task of its own so a dropped caller does
+    /// not interrupt it (cancel safe).
+    pub(crate) async fn release_one(self) -> Result<()> {
+        let task = tokio::spawn(async move {
+            let state = self.state.clone().lock_owned().await;
+            self.release_locked(state).await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
+        }
+    }
+
+    /// Releases one hold with the owner's state held: sends (resending a
+    /// lost reply), then reads the answer into the state. When no answer
+    /// comes, a last hold stops being renewed at once and the release is
+    /// resent in the background until Redis answers or the hold's lease is
+    /// over, with the state held meanwhile so no later call of the owner
+    /// overtakes it.
+    pub(crate) async fn release_locked(&self, mut state: OwnedMutexGuard<S>) -> Result<()> {
+        let hold = (self.hold)(&mut state);
+        let (expected, token) = (hold.count, hold.token);
+        if expected == 0 {
+            return Err(self.not_held());
+        }
+        let mut sends = Sends::start();
+        let mut attempt = 0;
+        let (status, value) = loop {
+            attempt += 1;
+            sends.answered = Instant::now();
+            match (self.send)(expected, token).await {
+                Ok(reply) => break reply,
+                Err(e) if e.may_resend(attempt) => {
+                    tracing::debug!(lock = %self.name, error = %e, "release reply lost; resending");
+                    sends.resent = true;
+                }
+                Err(e) if e.is_reply_lost() => {
+                    self.settle(state, expected, token, sends);
+                    return Err(e);
+                }
+                Err(e) => {
+                    // Redis refused the script: nothing was released, and
+                    // resending cannot help. Give the hold up locally.
+                    (self.hold)(&mut state).forget();
+                    return Err(e);
+                }
+            }
+        };
+        if apply_release((self.hold)(&mut state), status, value, sends, self.rearm) {
+            Ok(())
+        } else {
+            Err(self.not_held())
+        }
+    }
+
+    /// Finishes a release whose reply was lost (see
+    /// [`Releaser::release_locked`]).
+    fn settle(&self, mut state: OwnedMutexGuard<S>, expected: u32, token: u64, mut sends: Sends) {
+        let hold = (self.hold)(&mut state);
+        let until = hold
+            .registration
+            .as_ref()
+            .map_or(sends.first + self.lease, |reg| reg.state().deadline());
+        if expected == 1 {
+            // The owner let go: the lease runs out by itself whatever
+            // becomes of the resends.
+            hold.registration = None;
+        }
+        let this = self.clone();
+        sends.resent = true;
+        detach(
+            "finishing a release whose reply was lost",
+            "the hold runs out with its lease",
+            async move {
+                let mut state = state;
+                let mut pause = Duration::from_millis(20);
+                loop {
+                    let now = Instant::now();
+                    if now >= until {
+                        tracing::warn!(lock = %this.name, "release not confirmed before the lease ended; the lease runs out by itself");
+                        (this.hold)(&mut state).forget();
+                        return;
+                    }
+                    tokio::time::sleep(pause.min(until - now)).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                    sends.answered = Instant::now();
+                    match (this.send)(expected, token).await {
+                        Ok((status, value)) => {
+                            let held = apply_release(
+                                (this.hold)(&mut state),
+                                status,
+                                value,
+                                sends,
+                                this.rearm,
+                            );
+                            tracing::debug!(lock = %this.name, held, "release settled in the background");
+                            return;
+                        }
+                        Err(e) if e.is_reply_lost() => {}
+                        Err(e) => {
+                            tracing::warn!(lock = %this.name, error = %e, "Redis refused a release; the lease runs out by itself");
+                            (this.hold)(&mut state).forget();
+                            return;
+                        }
+                    }
+                }
+            },
+        );
+    }
+}

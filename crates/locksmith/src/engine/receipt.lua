@@ -1,0 +1,28 @@
+-- Release receipts (engine/hold.rs): a final release leaves the hold's
+-- fencing token under {NAME}:locksmith_released:<field> for a short while,
+-- so a resend of the same release can tell "an earlier send of mine freed
+-- it" (the receipt is there) from "the hold was already gone" (expired,
+-- force-unlocked, wiped by a restart or a failover: no receipt).
+local function receipt_key(key, field)
+    if key:find('{', 1, true) then
+        return key .. ':locksmith_released:' .. field
+    end
+    return '{' .. key .. '}:locksmith_released:' .. field
+end
+
+-- Leaves the receipt of a final release; a ttl of '0' leaves none.
+local function leave_receipt(key, field, token, ttl)
+    if ttl ~= '0' then
+        redis.call('set', receipt_key(key, field), token, 'px', ttl)
+    end
+end
+
+-- The answer of a release that finds no hold of `field`: {1, 0} when it is
+-- a resend of a final release (`expected` 1) whose earlier send freed this
+-- very hold (its receipt is there), {0, 0} (not held) otherwise.
+local function gone_answer(key, field, expected, token)
+    if tonumber(expected) == 1 and redis.call('get', receipt_key(key, field)) == token then
+        return {1, 0}
+    end
+    return {0, 0}
+end
