@@ -54,7 +54,8 @@ struct Object {
     node: String,
 }
 
-/// Keys that belong to another object (its queue, timeouts, counter).
+/// Keys that belong to another object (its queue, timeouts, counter, a
+/// release receipt).
 fn is_part(key: &str) -> bool {
     [
         "redisson_lock_token:",
@@ -65,6 +66,7 @@ fn is_part(key: &str) -> bool {
     .any(|p| key.starts_with(p))
         || key.contains(":rwlock_timeout")
         || key.ends_with(":locksmith_writers")
+        || key.contains(":locksmith_released:")
 }
 
 /// True for a Redisson/locksmith owner field, `<uuid>:<id>`.

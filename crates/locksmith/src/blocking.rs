@@ -309,8 +309,9 @@ impl Lock {
     /// # Errors
     /// As the async `lock` (or `read` / `write`).
     pub fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None)
-            .and_then(|g| g.ok_or_else(|| Error::internal("no deadline where one was given")))
+        self.acquire(None).and_then(|g| {
+            g.ok_or_else(|| Error::internal("an acquire without a deadline returned no guard"))
+        })
     }
 
     /// Tries once; `None` when someone else holds it.

@@ -557,7 +557,10 @@ impl Client {
             connect: self.config().connect_timeout,
             command: self.config().command_timeout,
         };
-        crate::engine::hold::receipt_ttl(timing).as_millis().max(1) as u64
+        let cluster = self.conn().is_cluster();
+        crate::engine::hold::receipt_ttl(timing, cluster)
+            .as_millis()
+            .max(1) as u64
     }
 
     /// The notify hub (pub/sub waiters) of this client.

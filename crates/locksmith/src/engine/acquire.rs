@@ -145,8 +145,10 @@ pub(crate) async fn send<S: Send + 'static>(
                     tracing::debug!(lock = %name, error = %e, "acquire reply lost; resending");
                     continue;
                 }
-                if !e.is_reply_lost() {
-                    // Redis answered with an error: nothing was granted.
+                if sends == 1 && !e.is_reply_lost() {
+                    // Redis answered the only send with an error: nothing
+                    // was granted. (After a resend, an earlier send may
+                    // have granted: the undo stays armed.)
                     armed.undo = None;
                 }
                 // Otherwise the outcome is unknown: dropping `armed` undoes
@@ -206,12 +208,7 @@ pub(crate) fn record_grant(
             reg.rearmed(armed_at, lease);
             reg
         }
-        _ => {
-            state.token = u64::try_from(grant.token).unwrap_or(0);
-            state
-                .registration
-                .insert(client.renewer().register(hold, armed_at))
-        }
+        _ => state.begin(grant.token, client.renewer().register(hold, armed_at)),
     };
     if grant.status == 2 {
         let left = Duration::from_millis(u64::try_from(grant.left_ms).unwrap_or(0));

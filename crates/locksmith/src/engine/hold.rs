@@ -23,12 +23,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use crate::engine::batch::MAX_IN_FLIGHT;
 use crate::engine::conn::{Timing, ATTEMPTS};
 use crate::engine::renewal::Registration;
 use crate::engine::task::detach;
@@ -41,6 +43,10 @@ pub(crate) struct HoldState {
     pub(crate) count: u32,
     /// Fencing token of the current hold episode.
     pub(crate) token: u64,
+    /// This process's id of the current hold episode (from 1; 0 for none):
+    /// what its final release's receipt holds. Fencing tokens cannot serve
+    /// here, as read holds granted while others read share one.
+    pub(crate) episode: u64,
     /// Watchdog registration of the current episode (also for fixed leases,
     /// where it only runs the expiry timer).
     pub(crate) registration: Option<Registration>,
@@ -54,6 +60,25 @@ impl HoldState {
         if let Some(reg) = self.registration.take() {
             reg.state().mark_lost();
         }
+    }
+
+    /// A first hold begins a new episode: its fencing token and its
+    /// watchdog registration.
+    pub(crate) fn begin(&mut self, token: i64, registration: Registration) -> &Registration {
+        static EPISODES: AtomicU64 = AtomicU64::new(1);
+        self.token = u64::try_from(token).unwrap_or(0);
+        self.episode = EPISODES.fetch_add(1, Ordering::Relaxed);
+        self.registration.insert(registration)
+    }
+
+    /// Before undoing a grant whose reply was never read: the undo's
+    /// release must not take a receipt of an earlier episode for its own
+    /// (episode 0 matches no receipt but the undo's own).
+    pub(crate) fn undoing(&mut self, count: u32) {
+        if self.count == 0 {
+            self.episode = 0;
+        }
+        self.count = count;
     }
 
     /// The hold itself, for a [`Releaser`] whose owner state is just
@@ -70,12 +95,15 @@ impl HoldState {
 }
 
 /// How long a final release's receipt stays: as long as the release may
-/// be resent inline (every send may take the command timeout, plus one
-/// reconnect). A resend in the background after that finds no receipt and
-/// counts the hold as lost, which only ends it sooner locally (its caller
-/// was already told the release failed).
-pub(crate) fn receipt_ttl(timing: Timing) -> Duration {
-    timing.command * ATTEMPTS as u32 + timing.connect
+/// still be resent inline, in the worst case: every one of the library's
+/// sends waits behind the calls already in flight and takes the command
+/// timeout, redis-rs resends each up to three more times on a cluster, and
+/// the connection is re-established twice. A resend in the background
+/// after that finds no receipt and counts the hold as lost, which only ends
+/// it sooner locally (its caller was already told the release failed).
+pub(crate) fn receipt_ttl(timing: Timing, cluster: bool) -> Duration {
+    let per_send = if cluster { 4 } else { 1 };
+    timing.command * (ATTEMPTS * per_send + MAX_IN_FLIGHT) as u32 + timing.connect * 2
 }
 
 /// When a release's sends went out: what decides how to read its answer.
@@ -139,8 +167,8 @@ pub(crate) fn apply_release(
 }
 
 /// Sends one release request of a counted kind: `expected` is the hold
-/// count the owner has before it, `token` the hold's fencing token (its
-/// receipt). Answers `(status, value)`.
+/// count the owner has before it, then the hold's episode (what its
+/// receipt holds). Answers `(status, value)`.
 pub(crate) type SendRelease =
     Arc<dyn Fn(u32, u64) -> Pin<Box<dyn Future<Output = Result<(i64, i64)>> + Send>> + Send + Sync>;
 
@@ -202,7 +230,7 @@ impl<S: Send + 'static> Releaser<S> {
     /// overtakes it.
     pub(crate) async fn release_locked(&self, mut state: OwnedMutexGuard<S>) -> Result<()> {
         let hold = (self.hold)(&mut state);
-        let (expected, token) = (hold.count, hold.token);
+        let (expected, token) = (hold.count, hold.episode);
         if expected == 0 {
             return Err(self.not_held());
         }
@@ -222,8 +250,9 @@ impl<S: Send + 'static> Releaser<S> {
                     return Err(e);
                 }
                 Err(e) => {
-                    // Redis refused the script: nothing was released, and
-                    // resending cannot help. Give the hold up locally.
+                    // Redis refused the script: resending cannot help (an
+                    // earlier send may have landed). Give the hold up
+                    // locally; the lease runs out on the server.
                     (self.hold)(&mut state).forget();
                     return Err(e);
                 }

@@ -1,5 +1,5 @@
 -- Release receipts (engine/hold.rs): a final release leaves the hold's
--- fencing token under {NAME}:locksmith_released:<field> for a short while,
+-- episode (the releasing client's own id of that hold) under {NAME}:locksmith_released:<field> for a short while,
 -- so a resend of the same release can tell "an earlier send of mine freed
 -- it" (the receipt is there) from "the hold was already gone" (expired,
 -- force-unlocked, wiped by a restart or a failover: no receipt).
@@ -10,18 +10,20 @@ local function receipt_key(key, field)
     return '{' .. key .. '}:locksmith_released:' .. field
 end
 
--- Leaves the receipt of a final release; a ttl of '0' leaves none.
-local function leave_receipt(key, field, token, ttl)
+-- Leaves the receipt of a final release (before anything else is written,
+-- so a refused write, an ACL without the key, changes nothing); a ttl of
+-- '0' leaves none.
+local function leave_receipt(key, field, episode, ttl)
     if ttl ~= '0' then
-        redis.call('set', receipt_key(key, field), token, 'px', ttl)
+        redis.call('set', receipt_key(key, field), episode, 'px', ttl)
     end
 end
 
 -- The answer of a release that finds no hold of `field`: {1, 0} when it is
 -- a resend of a final release (`expected` 1) whose earlier send freed this
 -- very hold (its receipt is there), {0, 0} (not held) otherwise.
-local function gone_answer(key, field, expected, token)
-    if tonumber(expected) == 1 and redis.call('get', receipt_key(key, field)) == token then
+local function gone_answer(key, field, expected, episode)
+    if tonumber(expected) == 1 and redis.call('get', receipt_key(key, field)) == episode then
         return {1, 0}
     end
     return {0, 0}

@@ -65,7 +65,11 @@ impl Rng {
     /// An acquire's budget: 0..2.5 ms; one time in ten 0..25 ms, so that
     /// some acquires complete even on a loaded machine.
     fn budget(&mut self) -> Duration {
-        let range = if self.next().is_multiple_of(10) { 25_000 } else { 2_500 };
+        let range = if self.next().is_multiple_of(10) {
+            25_000
+        } else {
+            2_500
+        };
         Duration::from_micros(self.next() % range)
     }
 
@@ -776,7 +780,11 @@ async fn semaphore_dropped_acquires_lose_and_duplicate_no_permit(env: Env) {
         tried += 1;
         let semaphore = client.semaphore(name).unwrap();
         // One permit, or several.
-        let n = if rng.next().is_multiple_of(2) { 1 } else { PERMITS - 1 };
+        let n = if rng.next().is_multiple_of(2) {
+            1
+        } else {
+            PERMITS - 1
+        };
         let budget = rng.budget();
         let outcome = if i % 2 == 0 {
             tokio::time::timeout(budget, semaphore.acquire(n))

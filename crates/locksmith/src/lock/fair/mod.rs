@@ -391,7 +391,7 @@ impl FairLock {
             Box::pin(async move {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.
-                state.count = expected + 1;
+                state.undoing(expected + 1);
                 if let Err(e) = this.releaser().release_locked(state).await {
                     tracing::debug!(lock = %this.shared.name, error = %e, "undoing a fair lock grant");
                 }

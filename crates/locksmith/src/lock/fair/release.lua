@@ -8,7 +8,7 @@
 -- ARGV[3]  the hold count the owner believes it has before this release
 -- ARGV[4]  release channel prefix redisson_lock__channel:{NAME}
 -- ARGV[5]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- ARGV[6]  the hold's fencing token, ARGV[7] how long (ms) a final
+-- ARGV[6]  the hold's episode (locksmith's own id of it), ARGV[7] how long (ms) a final
 --          release's receipt stays ('0': none; receipt.lua)
 -- Returns {1, 0} freed (the head waiter told; or a resend finding the
 -- receipt its first send left), {2, count} one hold
@@ -29,9 +29,9 @@ if held == expected then
         redis.call('pexpire', key, ARGV[1])
         return {2, held}
     end
+    leave_receipt(key, owner, ARGV[6], ARGV[7])
     redis.call('del', key)
     wake_head(queue, prefix, '0', mode)
-    leave_receipt(key, owner, ARGV[6], ARGV[7])
     return {1, 0}
 end
 if held == expected - 1 then

@@ -420,7 +420,13 @@ impl MultiLock {
                     }
                     pttl
                 }
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => {
+                    // The wake-up this attempt used is not lost with it.
+                    if let Some(i) = woken_by.take() {
+                        waiters[i].pass_on();
+                    }
+                    return Err(e);
+                }
                 Err(e) => {
                     return Err(Error::internal(format!(
                         "MultiLock acquire task failed: {e}"

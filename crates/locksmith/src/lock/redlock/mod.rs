@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Batcher, Call, Tracked, Tracker};
-use crate::engine::lease::{drift, LeaseState, LostSignal};
+use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
@@ -1132,26 +1132,6 @@ impl RedlockGuard {
         self.granted
     }
 
-    /// The validity left (monotonic clock, conservative: measured from
-    /// when the granting or last majority-confirmed renewal round started,
-    /// minus the drift allowance). Zero once lost.
-    pub fn remaining_lease(&self) -> Duration {
-        self.lease.remaining()
-    }
-
-    /// True once the validity has run out or a majority answered that the
-    /// hold is gone.
-    pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    /// A signal that fires when the hold is lost (see
-    /// [`RedlockGuard::is_lost`]); it fires on its own timer at the end of
-    /// the validity, before any node's lease can run out.
-    pub fn lost(&self) -> LostSignal {
-        self.lease.signal()
-    }
-
     /// Releases the hold on every node.
     ///
     /// # Errors
@@ -1252,3 +1232,15 @@ mod tests {
         }
     }
 }
+
+crate::engine::lease::lease_view!(
+    RedlockGuard,
+    remaining = "The validity left (monotonic clock, conservative: measured from \
+        when the granting or last majority-confirmed renewal round started, \
+        minus the drift allowance). Zero once lost.",
+    lost = "True once the validity has run out or a majority answered that the \
+        hold is gone.",
+    signal = "A signal that fires when the hold is lost (see \
+        [`RedlockGuard::is_lost`]); it fires on its own timer at the end of \
+        the validity, before any node's lease can run out.",
+);

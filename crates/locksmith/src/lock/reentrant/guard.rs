@@ -1,9 +1,8 @@
 //! [`LockGuard`]: proof of a held lock, released on drop.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::engine::lease::{LeaseState, LostSignal};
+use crate::engine::lease::LeaseState;
 use crate::engine::observe::{Grant, Hold, Labels};
 use crate::engine::renewal::Registration;
 #[cfg(doc)]
@@ -135,25 +134,6 @@ impl LockGuard {
         }
     }
 
-    /// The lease left as known locally (monotonic clock, conservative:
-    /// measured from when the granting or renewing command was sent). Zero
-    /// once the lease is lost.
-    pub fn remaining_lease(&self) -> Duration {
-        self.lease.remaining()
-    }
-
-    /// True once the lease is known or assumed lost. Checks the local
-    /// deadline itself, so it does not depend on the watchdog task running.
-    pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    /// A signal that fires when the lease is lost: a renewal found the lock
-    /// gone, or the lease ran out locally before a renewal was confirmed.
-    pub fn lost(&self) -> LostSignal {
-        self.lease.signal()
-    }
-
     /// Releases this hold.
     ///
     /// # Errors
@@ -233,3 +213,14 @@ impl Drop for LockGuard {
         }
     }
 }
+
+crate::engine::lease::lease_view!(
+    LockGuard,
+    remaining = "The lease left as known locally (monotonic clock, conservative: \
+        measured from when the granting or renewing command was sent). Zero \
+        once the lease is lost.",
+    lost = "True once the lease is known or assumed lost. Checks the local \
+        deadline itself, so it does not depend on the watchdog task running.",
+    signal = "A signal that fires when the lease is lost: a renewal found the lock \
+        gone, or the lease ran out locally before a renewal was confirmed.",
+);

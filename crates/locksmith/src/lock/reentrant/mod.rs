@@ -631,8 +631,7 @@ impl Lock {
         // owned the state ended early; the server just granted, so the hold
         // is registered afresh rather than refused.
         if state.count == 0 || state.registration.is_none() {
-            state.token = u64::try_from(token).unwrap_or(0);
-            state.registration = Some(self.shared.client.renewer().register(
+            let registration = self.shared.client.renewer().register(
                 Hold {
                     key: self.shared.name.clone(),
                     ownership: Ownership::HashField,
@@ -641,7 +640,8 @@ impl Lock {
                     renew: self.lease.is_none(),
                 },
                 armed_at,
-            ));
+            );
+            state.begin(token, registration);
         } else if let Some(reg) = &state.registration {
             reg.rearmed(armed_at, lease);
         }

@@ -9,9 +9,11 @@
 --         the unlock message (0), successor owner field ('' for none),
 --         successor's lease in milliseconds, '1' to hand off only if at
 --         most one connection (the caller's client) listens on the release
---         channel, i.e. no other client waits for the lock, and how the
+--         channel, i.e. no other client waits for the lock, how the
 --         release is announced: 'p' PUBLISH, 's' SPUBLISH (sharded, on a
---         cluster), 'b' both
+--         cluster), 'b' both, the hold's episode (locksmith's own id of
+--         it) and how long (ms) a final release's receipt stays ('0':
+--         none; receipt.lua)
 -- Returns one reply per request: {1, 0} freed (deleted and published; or
 -- a resend finding the receipt its first send left),
 -- {2, count} one hold released now, count holds left, lease re-armed now;
@@ -24,14 +26,14 @@
 -- counter key of the wrong type fails the request with nothing changed.
 -- announce() and listeners() come from announce.lua.
 local function release(key, channel, token_key, lease, owner, expected, message,
-                       successor, successor_lease, if_alone, mode, hold_token, ttl)
+                       successor, successor_lease, if_alone, mode, episode, ttl)
     local held = redis.call('hget', key, owner)
     -- Fast path: the last hold of a lock nobody waits for here; counts are
     -- compared as the decimal strings they are, without conversion.
     if held == '1' and expected == '1' and successor == '' then
+        leave_receipt(key, owner, episode, ttl)
         redis.call('del', key)
         announce(channel, message, mode)
-        leave_receipt(key, owner, hold_token, ttl)
         return {1, 0}
     end
     expected = tonumber(expected)
@@ -43,7 +45,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
             -- waits for this answer, so it cannot have acquired by itself).
             return {3, tonumber(redis.call('get', token_key) or '0')}
         end
-        return gone_answer(key, owner, expected, hold_token)
+        return gone_answer(key, owner, expected, episode)
     end
     held = tonumber(held)
     if held == expected then
@@ -63,9 +65,9 @@ local function release(key, channel, token_key, lease, owner, expected, message,
             redis.call('pexpire', key, successor_lease)
             return {3, token}
         end
+        leave_receipt(key, owner, episode, ttl)
         redis.call('del', key)
         announce(channel, message, mode)
-        leave_receipt(key, owner, hold_token, ttl)
         return {1, 0}
     end
     if held == expected - 1 then

@@ -33,7 +33,7 @@ impl ReleaseCall {
         shared: &Shared,
         lease: Duration,
         expected: u32,
-        token: u64,
+        episode: u64,
         successor: Option<&Offer>,
     ) -> Self {
         let (successor, successor_lease, if_alone) = match successor {
@@ -59,7 +59,7 @@ impl ReleaseCall {
                     Arg::Int(successor_lease),
                     Arg::Static(if if_alone { "1" } else { "0" }),
                     Arg::Static(shared.client.notify_mode().code()),
-                    Arg::Int(token),
+                    Arg::Int(episode),
                     Arg::Int(shared.client.receipt_ttl_ms()),
                 ],
             ),
@@ -203,12 +203,12 @@ pub(in crate::lock) async fn release_locked(
             .handoffs
             .yield_to_others(&shared.name, Instant::now() + YIELD_MAX);
     }
-    let token = state.token;
-    let call = ReleaseCall::new(shared, lease, expected, token, offer.as_ref());
+    let episode = state.episode;
+    let call = ReleaseCall::new(shared, lease, expected, episode, offer.as_ref());
     let mut flight = InFlight {
         shared: shared.clone(),
         state: Some(state),
-        plain: ReleaseCall::new(shared, lease, expected, token, None),
+        plain: ReleaseCall::new(shared, lease, expected, episode, None),
         sends: Sends::start(),
         after: None,
         until,
@@ -470,7 +470,7 @@ impl Drop for Rollback {
             // The release script with the post-grant count undoes a grant
             // that landed and answers "nothing changed" for one that did
             // not; either way it leaves the local count at the server's.
-            state.count = expected_after;
+            state.undoing(expected_after);
             let result = release_locked(&shared, state, lease, false, until).await;
             tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
         });

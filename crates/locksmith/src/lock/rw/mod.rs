@@ -445,7 +445,7 @@ impl ReadWriteLock {
             Box::pin(async move {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.
-                state.side(side).count = expected + 1;
+                state.side(side).undoing(expected + 1);
                 if let Err(e) = this.releaser(side).release_locked(state).await {
                     tracing::debug!(lock = %this.shared.name, error = %e, "undoing a read-write lock grant");
                 }

@@ -9,7 +9,7 @@
 -- lease (the hash's own expiry) and each read hold's timeout key.
 -- ARGV[5]  channel redisson_rwlock:{NAME}
 -- ARGV[6]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- ARGV[7]  the hold's fencing token, ARGV[8] how long (ms) the receipt of
+-- ARGV[7]  the hold's episode (locksmith's own id of it), ARGV[8] how long (ms) the receipt of
 --          an owner's last hold of that kind stays ('0': none; receipt.lua)
 -- Returns {1, 0} this owner's last hold of that kind released (or a resend
 -- finding the receipt its first send left); {2, count}
@@ -21,11 +21,11 @@
 local key, writers = KEYS[1], KEYS[2]
 local kind, owner, expected, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local channel, mode = ARGV[5], ARGV[6]
-local hold_token, ttl = ARGV[7], ARGV[8]
+local episode, ttl = ARGV[7], ARGV[8]
 if kind == 'leave' then
     -- A waiting writer gives up its claim: readers held back by it may go
     -- now, so tell them.
-    if redis.call('zrem', writers, owner) == 1 then
+    if redis.call('zrem', writers, owner) == 1 and redis.call('hget', key, 'mode') ~= 'write' then
         announce(channel, '1', mode)
     end
     return {1, 0}
@@ -36,7 +36,7 @@ if kind == 'w' then
 end
 local held = redis.call('hget', key, field)
 if held == false then
-    return gone_answer(key, field, expected, hold_token)
+    return gone_answer(key, field, expected, episode)
 end
 held = tonumber(held)
 if held == expected - 1 then
@@ -53,6 +53,7 @@ if kind == 'w' then
         redis.call('pexpire', key, math.max(tonumber(lease), longest_read_hold(key)))
         return {2, held - 1}
     end
+    leave_receipt(key, field, episode, ttl)
     redis.call('hdel', key, field)
     if redis.call('hlen', key) == 1 then
         redis.call('del', key)
@@ -64,8 +65,10 @@ if kind == 'w' then
         end
     end
     announce(channel, '1', mode)
-    leave_receipt(key, field, hold_token, ttl)
     return {1, 0}
+end
+if held == 1 then
+    leave_receipt(key, field, episode, ttl)
 end
 local left = redis.call('hincrby', key, field, -1)
 if left == 0 then
@@ -90,19 +93,19 @@ if redis.call('hlen', key) > 1 then
     if longest > 0 then
         redis.call('pexpire', key, longest)
         if left == 0 then
-            leave_receipt(key, field, hold_token, ttl)
             return {1, 0}
         end
         return {2, left}
     end
     if redis.call('hget', key, 'mode') == 'write' then
-        leave_receipt(key, field, hold_token, ttl)
-        return {1, 0}
+        if left == 0 then
+            return {1, 0}
+        end
+        return {2, left}
     end
     -- Only read holds whose leases ran out (their owners died): the lock
     -- is free, as Redisson's read unlock decides too.
 end
 redis.call('del', key)
 announce(channel, '0', mode)
-leave_receipt(key, field, hold_token, ttl)
 return {1, 0}

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::lease::{LeaseState, LostSignal};
+use crate::engine::lease::LeaseState;
 use crate::engine::notify::Check;
 use crate::engine::renewal::{Hold, Ownership, Registration};
 use crate::engine::task::detach;
@@ -462,24 +462,6 @@ impl Permit {
         self.semaphore.as_ref().map_or("", |s| s.name())
     }
 
-    /// A conservative estimate of how long the lease still runs (measured
-    /// from when the grant or last renewal was sent, minus a drift
-    /// allowance); zero once lost.
-    pub fn remaining_lease(&self) -> Duration {
-        self.lease.remaining()
-    }
-
-    /// True once the lease is known or presumed lost.
-    pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    /// A signal that fires when the lease is lost (renewal refused, or not
-    /// confirmed before the local deadline).
-    pub fn lost(&self) -> LostSignal {
-        self.lease.signal()
-    }
-
     /// Gives the permit back and wakes a waiter.
     ///
     /// # Errors
@@ -532,3 +514,13 @@ impl Drop for Permit {
         }
     }
 }
+
+crate::engine::lease::lease_view!(
+    Permit,
+    remaining = "A conservative estimate of how long the lease still runs (measured \
+        from when the grant or last renewal was sent, minus a drift \
+        allowance); zero once lost.",
+    lost = "True once the lease is known or presumed lost.",
+    signal = "A signal that fires when the lease is lost (renewal refused, or not \
+        confirmed before the local deadline).",
+);
