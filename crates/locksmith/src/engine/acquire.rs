@@ -15,10 +15,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use crate::client::Client;
@@ -227,5 +228,76 @@ pub(crate) fn not_replicated(client: &Client, name: &str, acked: Option<u32>) ->
         name: name.to_owned(),
         acked: acked.unwrap_or(0),
         wanted: client.acks().min,
+    }
+}
+
+/// Takes back what a wait put on the server for its owner (a fair queue
+/// entry, a writer's claim): the kind's `withdraw`, run with the owner's
+/// state held so it comes after any call of the owner still settling.
+pub(crate) type Withdraw = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// The owner's state, its wait counter, a wait's number, its withdrawal.
+type Entry<S> = (Arc<Mutex<S>>, Arc<AtomicU64>, u64, Withdraw);
+
+/// A wait's entry on the server, taken back once the wait ends without
+/// the lock: inline by [`WaitEntry::end`], or in the background when the
+/// wait is dropped midway. A background withdrawal is skipped once a later
+/// wait of the same owner has started (that wait owns the entry now);
+/// `waits` counts the owner's waits, and only waits that put an entry on
+/// the server may count (a single try that skipped would leave it).
+pub(crate) struct WaitEntry<S: Send + 'static> {
+    /// The owner's state, its wait counter, this wait's number, and how
+    /// to withdraw; `None` once ended.
+    armed: Option<Entry<S>>,
+    /// What is withdrawn, for a warning outside a runtime.
+    what: &'static str,
+}
+
+impl<S: Send + 'static> WaitEntry<S> {
+    /// A wait that puts an entry on the server (counted in `waits`).
+    pub(crate) fn start(
+        state: &Arc<Mutex<S>>,
+        waits: &Arc<AtomicU64>,
+        what: &'static str,
+        withdraw: Withdraw,
+    ) -> Self {
+        let epoch = waits.fetch_add(1, Ordering::SeqCst) + 1;
+        WaitEntry {
+            armed: Some((state.clone(), waits.clone(), epoch, withdraw)),
+            what,
+        }
+    }
+
+    /// A wait that puts nothing on the server.
+    pub(crate) fn none() -> Self {
+        WaitEntry {
+            armed: None,
+            what: "",
+        }
+    }
+
+    /// The wait ended: without the lock (out of time, failed), the entry is
+    /// withdrawn before returning, so the owner's next wait cannot be
+    /// overtaken by it; with the lock, the grant took the entry.
+    pub(crate) async fn end(mut self, got_lock: bool) {
+        if let (Some((state, _, _, withdraw)), false) = (self.armed.take(), got_lock) {
+            let state = state.lock_owned().await;
+            withdraw().await;
+            drop(state);
+        }
+    }
+}
+
+impl<S: Send + 'static> Drop for WaitEntry<S> {
+    fn drop(&mut self) {
+        if let Some((state, waits, epoch, withdraw)) = self.armed.take() {
+            detach(self.what, "it lapses with its give-up time", async move {
+                let state = state.lock_owned().await;
+                if waits.load(Ordering::SeqCst) == epoch {
+                    withdraw().await;
+                }
+                drop(state);
+            });
+        }
     }
 }

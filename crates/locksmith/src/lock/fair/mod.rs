@@ -13,7 +13,7 @@
 //! delays the queue by at most that timeout. Times come from the server's
 //! clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,12 +22,11 @@ use tokio::time::Instant;
 
 use super::{LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
-use crate::engine::acquire;
+use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{wake_one, Check, Keeper};
 use crate::engine::renewal::{Hold, Ownership};
-use crate::engine::task::detach;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -102,7 +101,7 @@ struct Shared {
     /// Counts this owner's waits (single tries do not count); a background
     /// leave of a dropped wait is skipped once a later wait has started
     /// (that wait owns the queue entry now).
-    waits: AtomicU64,
+    waits: Arc<AtomicU64>,
     /// This owner's field in the lock hash and entry in the queue.
     owner: Arc<str>,
     /// Serializes this owner's acquires and releases, so the hold count
@@ -132,7 +131,7 @@ impl Client {
                 token_key: keys::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
                 keeper: std::sync::OnceLock::new(),
-                waits: AtomicU64::new(0),
+                waits: Arc::new(AtomicU64::new(0)),
                 channel_prefix: prefix.into(),
                 owner: owner.into(),
                 name: name.into(),
@@ -322,14 +321,25 @@ impl FairLock {
         } else {
             self.wait_timeout
         };
-        // Leaves the queue if this future is dropped before it ends; an
-        // ending without the lock (out of time, failed) leaves inline. Only
-        // a wait counts as a new wait: a single try never joins the queue,
-        // so it must not make a dropped wait's leave skip.
-        let mut leave = LeaveOnDrop((!once).then(|| {
-            let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
-            (self.clone(), epoch)
-        }));
+        // The queue entry of a wait (a single try never joins the queue).
+        let entry = if once {
+            WaitEntry::none()
+        } else {
+            let this = self.clone();
+            WaitEntry::start(
+                &self.shared.state,
+                &self.shared.waits,
+                "leaving a fair lock queue",
+                Arc::new(move || {
+                    let this = this.clone();
+                    Box::pin(async move {
+                        if let Err(e) = this.leave().await {
+                            tracing::debug!(lock = %this.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
+                        }
+                    })
+                }),
+            )
+        };
         if !once {
             self.shared
                 .keeper
@@ -351,15 +361,7 @@ impl FairLock {
                 },
             )
             .await;
-        if leave.0.take().is_some() && !matches!(got, Ok(Some(_))) {
-            // Before returning, so that the owner's next acquire cannot be
-            // overtaken by this leave.
-            let state = self.shared.state.clone().lock_owned().await;
-            if let Err(e) = self.leave().await {
-                tracing::debug!(lock = %self.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
-            }
-            drop(state);
-        }
+        entry.end(matches!(got, Ok(Some(_)))).await;
         got
     }
 
@@ -526,34 +528,6 @@ impl FairLock {
     fn not_held(&self) -> Error {
         Error::NotHeld {
             name: self.shared.name.to_string(),
-        }
-    }
-}
-
-/// Leaves the fair queue in the background when an acquire future is
-/// dropped midway (armed with the owner and the number of its wait).
-/// Sent once the owner's state is free, so after any call in flight
-/// settled; skipped if the owner started another wait meanwhile (that wait
-/// owns the queue entry now).
-struct LeaveOnDrop(Option<(FairLock, u64)>);
-
-impl Drop for LeaveOnDrop {
-    fn drop(&mut self) {
-        if let Some((lock, epoch)) = self.0.take() {
-            detach(
-                "leaving a fair lock queue",
-                "the waiter stays queued until its give-up time",
-                async move {
-                    let state = lock.shared.state.clone().lock_owned().await;
-                    if lock.shared.waits.load(Ordering::SeqCst) != epoch {
-                        return;
-                    }
-                    if let Err(e) = lock.leave().await {
-                        tracing::debug!(lock = %lock.shared.name, error = %e, "leaving the fair lock queue failed; the entry runs out with its give-up time");
-                    }
-                    drop(state);
-                },
-            );
         }
     }
 }

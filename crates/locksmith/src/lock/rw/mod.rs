@@ -11,7 +11,7 @@
 //! holds keep others' writes out). A reader asking for the write lock gets
 //! [`Error::Upgrade`] instead of waiting forever for itself.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::{LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
-use crate::engine::acquire;
+use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{Check, Wake};
@@ -110,7 +110,7 @@ struct Shared {
     state: Arc<Mutex<RwState>>,
     /// Counts this owner's waits; a background withdrawal of a dropped
     /// wait's claim is skipped once a later wait has started.
-    waits: AtomicU64,
+    waits: Arc<AtomicU64>,
 }
 
 /// One owner's holds on both sides.
@@ -169,7 +169,7 @@ impl Client {
                 owner: owner.into(),
                 name: name.into(),
                 state: Arc::new(Mutex::new(RwState::default())),
-                waits: AtomicU64::new(0),
+                waits: Arc::new(AtomicU64::new(0)),
             }),
             lease: None,
             prefer_writers: false,
@@ -384,12 +384,24 @@ impl ReadWriteLock {
         let client = &self.shared.client;
         let claim =
             side == Side::Write && self.prefer_writers && !wait.is_some_and(|w| w.is_zero());
-        // Only a claiming wait counts: a read or a single try never claims,
-        // so it must not make a dropped wait's withdrawal skip.
-        let mut withdraw = WithdrawOnDrop(claim.then(|| {
-            let epoch = self.shared.waits.fetch_add(1, Ordering::SeqCst) + 1;
-            (self.clone(), epoch)
-        }));
+        // A preferring writer's claim (reads and single tries claim
+        // nothing).
+        let entry = if claim {
+            let this = self.clone();
+            WaitEntry::start(
+                &self.shared.state,
+                &self.shared.waits,
+                "withdrawing a waiting writer's claim",
+                Arc::new(move || {
+                    let this = this.clone();
+                    Box::pin(async move {
+                        let _ = this.run_release("leave", 0, 0).await;
+                    })
+                }),
+            )
+        } else {
+            WaitEntry::none()
+        };
         let recheck = if claim {
             self.lease() / 3
         } else {
@@ -406,13 +418,7 @@ impl ReadWriteLock {
                 || self.attempt(side, claim),
             )
             .await;
-        if withdraw.0.take().is_some() && !matches!(got, Ok(Some(_))) {
-            // Out of time or failed: withdraw the claim before returning,
-            // so the owner's next wait cannot be overtaken by it.
-            let state = self.shared.state.clone().lock_owned().await;
-            let _ = self.run_release("leave", 0, 0).await;
-            drop(state);
-        }
+        entry.end(matches!(got, Ok(Some(_)))).await;
         got
     }
 
@@ -576,30 +582,6 @@ impl ReadWriteLock {
     fn not_held(&self) -> Error {
         Error::NotHeld {
             name: self.shared.name.to_string(),
-        }
-    }
-}
-
-/// Withdraws a preferring writer's claim in the background when its
-/// acquire future is dropped midway (armed with the owner and the number
-/// of its wait); skipped if the owner started another wait meanwhile.
-struct WithdrawOnDrop(Option<(ReadWriteLock, u64)>);
-
-impl Drop for WithdrawOnDrop {
-    fn drop(&mut self) {
-        if let Some((lock, epoch)) = self.0.take() {
-            crate::engine::task::detach(
-                "withdrawing a waiting writer's claim",
-                "it lapses after one lease",
-                async move {
-                    // After any call of this owner still settling.
-                    let state = lock.shared.state.clone().lock_owned().await;
-                    if lock.shared.waits.load(Ordering::SeqCst) == epoch {
-                        let _ = lock.run_release("leave", 0, 0).await;
-                    }
-                    drop(state);
-                },
-            );
         }
     }
 }
