@@ -259,6 +259,16 @@ async fn behind_proxy(pg: &Postgres) -> (Harness, locksmith_testkit::FaultProxy,
     cfg.pipeline.discover_interval = Duration::from_secs(3600);
     h.add_instance_with(cfg).await;
     let voucher = h.create_voucher(10).await;
+    // Open a few pooled connections while the proxy still passes: a test
+    // silences the proxy and expects the purchase to find an idle one (and
+    // hang mid-query), not to open a new one through the silent proxy and
+    // give up after the 1 s pool wait (503), which is what happened when
+    // the pool's only connection was busy at that moment.
+    let db = h.servers[0].state().db().clone();
+    let (a, b, c, d) = tokio::join!(db.ping(), db.ping(), db.ping(), db.ping());
+    for r in [a, b, c, d] {
+        r.expect("the database answers through the proxy");
+    }
     (h, proxy, voucher)
 }
 
@@ -416,7 +426,9 @@ async fn shutdown_waits_for_purchases_in_flight() {
     // The request itself ends at its deadline (202), which lets the HTTP
     // server finish; the purchase goes on in its task.
     let answer = buy.await.unwrap().unwrap();
-    assert_eq!(answer.status().as_u16(), 202);
+    let status = answer.status().as_u16();
+    let body = answer.text().await.unwrap_or_default();
+    assert_eq!(status, 202, "{body}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         !shutdown.is_finished(),
