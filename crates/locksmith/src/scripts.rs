@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use crate::engine::scripts::{Lua, ANNOUNCE, BATCH, RECEIPT};
+use crate::engine::scripts::{Lua, ANNOUNCE, BATCH, HOLDS, RECEIPT};
 
 /// `NAME (marks) = "path" after [preludes];` declares a script: its file
 /// (`path.lua`), the preludes it needs, and marks from [`Lua`]'s builder:
@@ -31,7 +31,10 @@ catalogue! {
     LOCK_RELEASE = "lock/reentrant/release" after [BATCH, ANNOUNCE, RECEIPT];
     FORCE_UNLOCK (once) = "lock/reentrant/force_unlock" after [ANNOUNCE];
     LOCK_INFO (read) = "lock/reentrant/info";
-    RENEW = "engine/renew";
+    RENEW_FIELD = "lock/reentrant/renew" after [HOLDS];
+    RENEW_READS = "lock/rw/renew" after [HOLDS];
+    RENEW_TOKEN = "lock/simple/renew" after [HOLDS];
+    RENEW_PERMIT = "semaphore/expirable/renew" after [HOLDS];
     SIMPLE_ACQUIRE (unacked) = "lock/simple/acquire";
     SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE];
     MULTI_ACQUIRE = "lock/multi/acquire";

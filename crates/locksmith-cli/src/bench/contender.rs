@@ -52,6 +52,12 @@ impl Contender {
         }
     }
 
+    /// Whether the library sends SET itself to lock (rslock's `SET NX
+    /// PX`); the others' SETs run inside their scripts.
+    pub(crate) fn sends_sets(&self) -> bool {
+        matches!(self, Contender::Rslock(_) | Contender::RslockRedlock(_))
+    }
+
     /// A handle on lock `key` with an owner of its own (one per task, as an
     /// application would have).
     pub(crate) fn handle(&self, key: &str) -> Result<Handle, String> {

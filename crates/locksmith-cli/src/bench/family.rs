@@ -168,7 +168,7 @@ impl Bench {
             },
             ..Phase::default()
         };
-        Self::count_commands(&mut phase, &before, &after, 0);
+        Self::count_commands(&mut phase, &before, &after, 0, false);
         Ok(phase)
     }
 

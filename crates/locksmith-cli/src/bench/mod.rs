@@ -458,32 +458,44 @@ impl Bench {
     }
 
     /// Fills in the command counts of a finished phase; `cs_sets` is the
-    /// number of SETs the critical sections did themselves.
+    /// number of SETs the critical sections did themselves. The other SETs
+    /// are the lock's own: sent by the client when `client_sets` (rslock's
+    /// `SET NX`), otherwise run inside its scripts (locksmith's release
+    /// receipts and token seeding), which are already counted, calls and
+    /// time, in the EVALSHA that ran them, so they are shown apart and not
+    /// added again.
     fn count_commands(
         phase: &mut Phase,
         before: &CommandStats,
         after: &CommandStats,
         cs_sets: u64,
+        client_sets: bool,
     ) {
         let per_op = |n: u64| n as f64 / phase.ops.max(1) as f64;
         let lock_sets = after.since(before, "set").saturating_sub(cs_sets);
-        phase.lock_cmds = per_op(after.since_all(before, &LOCK_COMMANDS) + lock_sets);
+        let (sent_sets, script_sets) = if client_sets {
+            (lock_sets, 0)
+        } else {
+            (0, lock_sets)
+        };
+        phase.lock_cmds = per_op(after.since_all(before, &LOCK_COMMANDS) + sent_sets);
         // SET time is shared with the critical section's SETs; apportion it
         // by calls.
         let sets = after.since(before, "set").max(1);
-        let set_usec = after.usec_since(before, &["set"]) as f64 * lock_sets as f64 / sets as f64;
+        let set_usec = after.usec_since(before, &["set"]) as f64 * sent_sets as f64 / sets as f64;
         phase.lock_usec =
             (after.usec_since(before, &LOCK_COMMANDS) as f64 + set_usec) / phase.ops.max(1) as f64;
         phase.detail = format!(
-            "evalsha {:.2} set {:.2} sub+unsub {:.2} wait {:.2} | in scripts: publish {:.2}",
+            "evalsha {:.2} set {:.2} sub+unsub {:.2} wait {:.2} | in scripts: publish {:.2} set {:.2}",
             per_op(after.since_all(before, &["evalsha", "eval"])),
-            per_op(lock_sets),
+            per_op(sent_sets),
             per_op(after.since_all(
                 before,
                 &["subscribe", "unsubscribe", "ssubscribe", "sunsubscribe"]
             )),
             per_op(after.since(before, "wait")),
             per_op(after.since_all(before, &["publish", "spublish"])),
+            per_op(script_sets),
         );
     }
 
@@ -587,7 +599,7 @@ impl Bench {
             check: "-".into(),
             ..Phase::default()
         };
-        Self::count_commands(&mut phase, &before, &after, 0);
+        Self::count_commands(&mut phase, &before, &after, 0, false);
         Ok(phase)
     }
 
@@ -622,7 +634,8 @@ impl Bench {
             check: "-".into(),
             ..Phase::default()
         };
-        Self::count_commands(&mut phase, &before, &after, 0);
+        let client_sets = contender.sends_sets();
+        Self::count_commands(&mut phase, &before, &after, 0, client_sets);
         Ok(phase)
     }
 
@@ -680,7 +693,8 @@ impl Bench {
             },
             ..Phase::default()
         };
-        Self::count_commands(&mut phase, &before, &after, ops);
+        let client_sets = contender.sends_sets();
+        Self::count_commands(&mut phase, &before, &after, ops, client_sets);
         Ok(phase)
     }
 

@@ -231,8 +231,8 @@ pub(crate) fn not_replicated(client: &Client, name: &str, acked: Option<u32>) ->
     }
 }
 
-/// Takes back what a wait put on the server for its owner (a fair queue
-/// entry, a writer's claim): the kind's `withdraw`, run with the owner's
+/// Takes back what a wait put on the server for its owner (a place in a
+/// queue, a claim that holds others back): the kind's `withdraw`, run with the owner's
 /// state held so it comes after any call of the owner still settling.
 pub(crate) type Withdraw = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 

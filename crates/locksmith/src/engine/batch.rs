@@ -39,7 +39,7 @@
 //! request can no longer reach Redis ahead of the undo (its call completed
 //! or failed, or it was dropped unsent), so the undo is never overtaken by
 //! the request it undoes. A caller whose undo depends on what the request
-//! did (a semaphore acquire gives back only permits it actually took)
+//! did (it gives back only what the request actually took)
 //! uses [`Batcher::call_undoable`] instead: if the caller goes away after
 //! the request was sent, its undo runs with the request's reply as soon as
 //! that reply arrives.

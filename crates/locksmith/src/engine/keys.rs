@@ -1,4 +1,6 @@
-//! Key and channel names, laid out exactly as Redisson lays them out.
+//! How auxiliary key and channel names derive from a primitive's name,
+//! exactly as Redisson derives them (each primitive picks its prefixes and
+//! suffixes).
 //!
 //! Redisson derives auxiliary names as `prefix:{NAME}` (or `prefix:NAME` when
 //! NAME already carries a hash tag), so every key of one primitive lands in
@@ -13,22 +15,6 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     }
 }
 
-/// The pub/sub channel a reentrant lock's release is announced on.
-pub(crate) fn lock_channel(name: &str) -> String {
-    prefixed("redisson_lock__channel", name)
-}
-
-/// The fencing counter of a lock, incremented on every grant from free.
-pub(crate) fn lock_token(name: &str) -> String {
-    prefixed("redisson_lock_token", name)
-}
-
-/// The channel a semaphore's permit changes are announced on (the message
-/// is the new number of available permits).
-pub(crate) fn semaphore_channel(name: &str) -> String {
-    prefixed("redisson_sc", name)
-}
-
 /// `{name}:suffix`, or `name:suffix` when `name` already contains `{`
 /// (Redisson's `suffixName`).
 pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
@@ -39,37 +25,15 @@ pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     }
 }
 
-/// The timeout zset of a permit-expirable semaphore: permit id -> expiry.
-pub(crate) fn permit_timeouts(name: &str) -> String {
-    suffixed(name, "timeout")
-}
-
-/// The channel a count-down latch announces on. Redisson always wraps the
-/// name in braces here, even when it carries a hash tag of its own (on a
-/// cluster such names are refused for latches: the channel would hash
-/// elsewhere).
-pub(crate) fn latch_channel(name: &str) -> String {
-    format!("redisson_countdownlatch__channel__{{{name}}}")
-}
-
-/// The message a final release publishes (Redisson's `UNLOCK_MESSAGE`).
-pub(crate) const UNLOCK_MESSAGE: &str = "0";
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn redisson_names() {
-        assert_eq!(lock_channel("orders"), "redisson_lock__channel:{orders}");
-        assert_eq!(lock_token("orders"), "redisson_lock_token:{orders}");
-        assert_eq!(lock_channel("a{b}c"), "redisson_lock__channel:a{b}c");
-        assert_eq!(semaphore_channel("db"), "redisson_sc:{db}");
-        assert_eq!(permit_timeouts("db"), "{db}:timeout");
-        assert_eq!(permit_timeouts("x{db}"), "x{db}:timeout");
-        assert_eq!(
-            latch_channel("boot"),
-            "redisson_countdownlatch__channel__{boot}"
-        );
+    fn redisson_layout() {
+        assert_eq!(prefixed("p", "orders"), "p:{orders}");
+        assert_eq!(prefixed("p", "a{b}c"), "p:a{b}c");
+        assert_eq!(suffixed("db", "timeout"), "{db}:timeout");
+        assert_eq!(suffixed("x{db}", "timeout"), "x{db}:timeout");
     }
 }

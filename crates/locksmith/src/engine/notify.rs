@@ -6,14 +6,16 @@
 //! message wakes is the channel's [`Policy`], chosen by the primitive that
 //! owns the channel, from the message payload:
 //!
-//! - [`Wake::One`] (a lock release): only the first waiter that is not
-//!   already awake, so a release causes one retry per client, not a
-//!   thundering herd;
-//! - [`Wake::All`] (a latch reaching zero, a read unlock): every waiter;
-//! - [`Wake::Permits`] (a semaphore release, carrying the new count of
-//!   available permits): waiters in queue order as long as the permits
-//!   they ask for fit in what is available, counting those already awake;
-//! - [`Wake::Nobody`]: a message that opens nothing (a latch's new count).
+//! - [`Wake::One`] (a release of something one waiter can take): only the
+//!   first waiter that is not already awake, so a release causes one retry
+//!   per client, not a thundering herd;
+//! - [`Wake::All`] (something every waiter can pass now): every waiter;
+//! - [`Wake::Units`] (a message carrying how many units are free now):
+//!   waiters in queue order as long as the units they ask for fit in what
+//!   is free, counting those already awake;
+//! - [`Wake::Nobody`]: a message that opens nothing.
+//!
+//! Each primitive picks the policy of its channel.
 //!
 //! A waiter that fails its retry simply stays at its place in the queue. A
 //! waiter that is cancelled while holding an unconsumed wake-up passes it on.
@@ -48,16 +50,17 @@ pub(crate) enum Wake {
     One,
     /// Every waiter.
     All,
-    /// Waiters in queue order while their permits fit in this many,
-    /// counting the permits of waiters already awake.
-    Permits(u64),
+    /// Waiters in queue order while the units they ask for fit in this
+    /// many, counting the units of waiters already awake.
+    Units(u64),
 }
 
 /// Decides what a message on a channel wakes, from its payload. Each
 /// primitive names its own (its channel carries only its messages).
 pub(crate) type Policy = fn(&[u8]) -> Wake;
 
-/// The policy of a lock release channel: any message wakes one waiter.
+/// The policy of a channel whose every message frees something one waiter
+/// can take: any message wakes one waiter.
 pub(crate) fn wake_one(_: &[u8]) -> Wake {
     Wake::One
 }
@@ -69,10 +72,10 @@ struct Slot {
     /// the waiter goes away, and to skip awake waiters when picking whom to
     /// wake.
     woken: AtomicBool,
-    /// Delivers the wake-up; stores a permit if the waiter is busy retrying.
+    /// Delivers the wake-up; stores it if the waiter is busy retrying.
     notify: Notify,
-    /// Permits this waiter asks for (1 for every kind but a semaphore);
-    /// [`Wake::Permits`] wakes only as many waiters as can be satisfied.
+    /// Units this waiter asks for (1 unless its primitive counts);
+    /// [`Wake::Units`] wakes only as many waiters as can be satisfied.
     need: u64,
     /// The waiter stopped waiting for its channel's first confirmation
     /// before it came: the confirmation wakes it to re-check (a waiter that
@@ -171,8 +174,8 @@ impl Shared {
                 }
             }
             Wake::All => ch.queue.iter().for_each(|s| s.wake()),
-            Wake::Permits(available) => {
-                // Waiters already awake will compete for these permits too.
+            Wake::Units(available) => {
+                // Waiters already awake will compete for these units too.
                 let claimed: u64 = ch.queue.iter().filter(|s| awake(s)).map(|s| s.need).sum();
                 let mut left = available.saturating_sub(claimed);
                 for slot in ch.queue.iter().filter(|s| !awake(s)) {
@@ -324,8 +327,8 @@ impl NotifyHub {
     /// timeout. Re-check the resource after this returns.
     ///
     /// `policy` decides what the channel's messages wake (the first
-    /// waiter's policy stays with the channel); `need` is the permits this
-    /// waiter asks for, 1 where permits do not apply.
+    /// waiter's policy stays with the channel); `need` is the units this
+    /// waiter asks for, 1 where units do not apply.
     ///
     /// Cancel safe: dropping the future leaves the queue again.
     pub(crate) async fn register(
@@ -451,7 +454,7 @@ impl Drop for Keeper {
 /// What one check of a waited-for condition found (see
 /// [`NotifyHub::wait_on`]).
 pub(crate) enum Check<T> {
-    /// The condition holds (permits taken, latch open): done.
+    /// The condition holds (what was waited for is taken or open): done.
     Done(T),
     /// Not yet; if `Some`, check again no later than then even without a
     /// message (a lease known to run out, so something frees up).
@@ -495,7 +498,7 @@ impl NotifyHub {
             return Ok(None);
         }
         // Waiting for the subscription is bounded by the recheck interval
-        // too: a waiter that must refresh its place (a fair lock's) cannot
+        // too: a waiter that must refresh its place in a queue cannot
         // wait longer than that without asking.
         let joined_by = Instant::now() + recheck;
         let bound = Some(deadline.map_or(joined_by, |d| d.min(joined_by)));
@@ -562,8 +565,8 @@ impl Waiter {
 
 impl Waiter {
     /// Hands a wake-up this waiter consumed without using it (its check
-    /// failed for a reason of its own, such as another member of a
-    /// MultiLock being busy) to the first waiter queued *behind* it that
+    /// failed for a reason of its own, such as another resource it takes
+    /// together with this one being busy) to the first waiter queued *behind* it that
     /// is not awake, so a release that woke only one waiter is not lost.
     /// Only later waiters are woken, so waiters that keep failing pass
     /// it down the queue once and never back and forth.
@@ -809,7 +812,7 @@ mod tests {
     use super::*;
 
     /// A registry with one channel of `policy` whose waiters ask for
-    /// `needs` permits, in this order.
+    /// `needs` units, in this order.
     fn channel(policy: Policy, needs: &[u64]) -> (Shared, Vec<Arc<Slot>>) {
         let shared = Shared::default();
         let slots: Vec<Arc<Slot>> = needs
@@ -843,8 +846,8 @@ mod tests {
             .collect()
     }
 
-    fn permits(payload: &[u8]) -> Wake {
-        Wake::Permits(std::str::from_utf8(payload).unwrap().parse().unwrap())
+    fn units(payload: &[u8]) -> Wake {
+        Wake::Units(std::str::from_utf8(payload).unwrap().parse().unwrap())
     }
 
     #[test]
@@ -869,12 +872,12 @@ mod tests {
     }
 
     #[test]
-    fn permits_wake_only_as_many_waiters_as_they_satisfy_in_order() {
-        let (shared, slots) = channel(permits, &[2, 1, 3, 1]);
+    fn units_wake_only_as_many_waiters_as_they_satisfy_in_order() {
+        let (shared, slots) = channel(units, &[2, 1, 3, 1]);
         shared.deliver("ch", b"3");
         assert_eq!(awake(&slots), [true, true, false, false]);
         // The two awake waiters will take 3 of these 4: only 1 is left,
-        // and the 3-permit waiter holds back the one behind it.
+        // and the 3-unit waiter holds back the one behind it.
         shared.deliver("ch", b"4");
         assert_eq!(awake(&slots), [true, true, false, false]);
         shared.deliver("ch", b"6");

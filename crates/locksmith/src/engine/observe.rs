@@ -2,9 +2,8 @@
 //! application picks the exporter) and `tracing`: one place, so the names
 //! and labels are the same for every kind.
 //!
-//! Metrics (Prometheus conventions; `kind` is `lock`, `fair-lock`,
-//! `read-lock`, `write-lock`, `simple-lock`, `semaphore`,
-//! `permit-semaphore`, `latch` or `redlock`; lock names become a `name`
+//! Metrics (Prometheus conventions; `kind` is the label each primitive
+//! gives itself, listed in docs/operations.md; names become a `name`
 //! label only with [`ClientBuilder::metric_names`](crate::ClientBuilder::metric_names)):
 //! - `locksmith_acquires_total{kind, outcome}`: `granted`, `timeout` (not
 //!   had within the wait), `error`, `cancelled` (the future was dropped);
@@ -12,11 +11,10 @@
 //! - `locksmith_waiters{kind}` and `locksmith_holders{kind}`: gauges;
 //! - `locksmith_releases_total{kind, outcome}`: `ok`, `not_held` (the
 //!   lease had been lost), `error`, `dropped` (released in the background),
-//!   `forgotten` (semaphore permits kept with `forget`);
+//!   `forgotten` (holds kept on purpose, never released);
 //! - `locksmith_hold_seconds{kind}`: time from grant to release;
 //! - `locksmith_leases_lost_total{kind}`: releases that found the hold
-//!   gone (one per guard: nested reentrant guards of a lost hold count
-//!   each);
+//!   gone (one per guard: nested guards of one lost hold count each);
 //! - `locksmith_renewal_calls_total`, `locksmith_renewal_failures_total`,
 //!   `locksmith_notifications_total`, `locksmith_script_reloads_total`,
 //!   `locksmith_batch_size`, `locksmith_grants_not_replicated_total`.
@@ -49,7 +47,7 @@ impl Labels {
         Labels::of(kind, name, client.config().metric_names)
     }
 
-    /// Labels for an object not tied to one client (Redlock).
+    /// Labels for an object not tied to one client (it spans several).
     pub(crate) fn of(kind: &'static str, name: &str, with_name: bool) -> Labels {
         Labels {
             kind,
@@ -188,7 +186,7 @@ impl Hold {
         result
     }
 
-    /// Records permits kept on purpose (`forget`): no release.
+    /// Records a hold kept on purpose: no release.
     pub(crate) fn forgotten(mut self) {
         self.finish("forgotten");
     }

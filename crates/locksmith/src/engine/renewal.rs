@@ -4,13 +4,14 @@
 //!
 //! Each registered hold has a local deadline (see [`LeaseState`]). Renewed
 //! holds are refreshed every third of their lease; all holds due around the
-//! same time go to Redis in one `renew.lua` call (many keys per call). A
+//! same time go to Redis in one call of their kind's renewal script (many
+//! keys per call; see [`RenewScript`]). A
 //! hold the server reports gone is marked lost at once; a hold whose
 //! renewal cannot be confirmed is marked lost when its deadline passes, so
 //! the signal fires even if Redis never answers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -18,48 +19,27 @@ use tokio::time::Instant;
 
 use crate::engine::conn::Acks;
 use crate::engine::lease::LeaseState;
+use crate::engine::scripts::Lua;
 use crate::engine::task::TaskSlot;
 use crate::engine::topology::Conn;
-use crate::scripts;
 
 /// Most keys sent in one renewal call, so a huge batch does not block the
 /// server for long.
 const MAX_BATCH: usize = 512;
 
-/// How a lock's ownership is recorded, which decides how it is renewed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ownership {
-    /// A field of the lock hash (reentrant lock).
-    HashField,
-    /// The value of a string key (simple SET NX lock).
-    StringToken,
-    /// An owner's read holds of a read-write lock: the field counts them,
-    /// each has its own timeout key, and the hash lives as long as the
-    /// longest.
-    ReadHolds,
-    /// A member of a permit-expirable semaphore's timeout zset (the key),
-    /// whose score is its expiry on the server's clock; the owner is the
-    /// permit id in hex.
-    PermitLease,
-}
-
-impl Ownership {
-    fn code(self) -> &'static str {
-        match self {
-            Ownership::HashField => "h",
-            Ownership::StringToken => "s",
-            Ownership::ReadHolds => "r",
-            Ownership::PermitLease => "z",
-        }
-    }
-}
+/// How a kind's holds are renewed: its renewal script, one request per
+/// hold (KEYS: the hold's key; ARGV: its owner as the kind records it, the
+/// lease in milliseconds; answers 1 renewed, 0 no longer held), built on
+/// `each_hold` (`engine/holds.lua`). The kind registers it with each hold;
+/// holds due together share one call per script (and per slot).
+pub(crate) type RenewScript = &'static LazyLock<Lua>;
 
 /// What the watchdog needs to know about one hold.
 pub(crate) struct Hold {
     /// The lock key to extend (shared with the lock handle).
     pub(crate) key: Arc<str>,
-    /// How ownership is recorded in `key`.
-    pub(crate) ownership: Ownership,
+    /// How the hold is renewed (its kind's script).
+    pub(crate) script: RenewScript,
     /// The owner field or token the server must still show.
     pub(crate) owner: Arc<str>,
     /// The lease to extend to on each renewal.
@@ -364,7 +344,7 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
                     batch.push(Due {
                         id: *id,
                         key: entry.hold.key.clone(),
-                        ownership: entry.hold.ownership,
+                        script: entry.hold.script,
                         owner: entry.hold.owner.clone(),
                         lease: entry.hold.lease,
                         generation: entry.generation,
@@ -380,11 +360,15 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(wake_at);
         }
-        // One call per slot on a cluster (a script's keys must share one),
-        // one for everything elsewhere.
+        // One call per script, and per slot on a cluster (a script's keys
+        // must share one).
         let mut groups: HashMap<_, Vec<Due>> = HashMap::new();
         for due in batch {
-            groups.entry(conn.group_of(&due.key)).or_default().push(due);
+            let script: *const LazyLock<Lua> = due.script;
+            groups
+                .entry((script as usize, conn.group_of(&due.key)))
+                .or_default()
+                .push(due);
         }
         for group in groups.into_values() {
             for chunk in group.chunks(MAX_BATCH) {
@@ -412,8 +396,8 @@ struct Due {
     id: u64,
     /// The lock key.
     key: Arc<str>,
-    /// How ownership is recorded.
-    ownership: Ownership,
+    /// How the hold is renewed.
+    script: RenewScript,
     /// Field or token that must still own the key.
     owner: Arc<str>,
     /// The lease to extend to.
@@ -424,17 +408,17 @@ struct Due {
 
 /// Sends one renewal call and applies its answers.
 async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Due>) {
-    let mut cmd = scripts::RENEW.evalsha(batch.len());
+    // A group shares one script.
+    let script = batch[0].script;
+    let mut cmd = script.evalsha(batch.len());
     for due in &batch {
         cmd.arg(&*due.key);
     }
     for due in &batch {
-        cmd.arg(due.ownership.code())
-            .arg(&*due.owner)
-            .arg(due.lease.as_millis() as u64);
+        cmd.arg(&*due.owner).arg(due.lease.as_millis() as u64);
     }
     let sent_at = Instant::now();
-    let reply = scripts::RENEW.run(&conn, &cmd, acks).await;
+    let reply = script.run(&conn, &cmd, acks).await;
     // A renewal too few replicas saw would not survive a failover: it does
     // not count, and is retried like a failed call.
     let reply: redis::RedisResult<Vec<i64>> = match reply {

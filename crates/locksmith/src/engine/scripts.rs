@@ -24,6 +24,9 @@ pub(crate) const ANNOUNCE: &str = include_str!("announce.lua");
 /// `each_request(nkeys, nargs, request)`: the loop of every batch script.
 pub(crate) const BATCH: &str = include_str!("batch.lua");
 
+/// `each_hold(renew)`: the loop of every renewal script.
+pub(crate) const HOLDS: &str = include_str!("holds.lua");
+
 /// `leave_receipt(key, field, token, ttl)` and `gone_answer(key, field,
 /// expected, token)`: the release receipts of `engine::hold`.
 pub(crate) const RECEIPT: &str = include_str!("receipt.lua");

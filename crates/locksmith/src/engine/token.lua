@@ -4,7 +4,7 @@
 -- clock in microseconds instead of from 1, so tokens keep increasing
 -- across such a loss as long as the server's clock does not step back
 -- and the lock is granted less than once per microsecond. Redisson's
--- RFencedLock INCRs the same key and continues from there.
+-- Redisson's fenced lock INCRs the same key and continues from there.
 local function next_token(key)
     local token = redis.call('incr', key)
     if token == 1 then

@@ -229,8 +229,8 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
-    /// The same connection for a call that is not idempotent (a semaphore
-    /// release, a latch count-down): no layer may send it twice. On a
+    /// The same connection for a call that is not idempotent (one that
+    /// adds or subtracts): no layer may send it twice. On a
     /// single server and behind Sentinel every connection already answers
     /// a lost reply with an error and resends nothing; on a cluster this
     /// is the connection that never resends (see [`ClusterConn`]).

@@ -16,11 +16,11 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_millis(i64::MAX as u64 / 2
 /// grant's reply arrives.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
 
-/// The largest permit count or latch count accepted: Lua numbers are
+/// The largest count accepted: Lua numbers are
 /// doubles, exact up to 2^53, and the scripts compare counts as numbers.
 pub(crate) const MAX_COUNT: u64 = 1 << 53;
 
-/// Rejects a number of permits (or a count) of zero or above
+/// Rejects a count of zero or above
 /// [`MAX_COUNT`]; `what` names it in the message.
 pub(crate) fn count(n: u64, what: &str) -> Result<()> {
     if n == 0 {
@@ -34,7 +34,7 @@ pub(crate) fn count(n: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Rejects a count to set (of permits, say) above [`MAX_COUNT`]; zero is
+/// Rejects a count to set above [`MAX_COUNT`]; zero is
 /// a valid count to set.
 pub(crate) fn settable(n: u64, what: &str) -> Result<()> {
     if n > MAX_COUNT {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::client::{Client, Topology};
 use crate::engine::notify::{Check, Wake};
-use crate::engine::{keys, validate};
+use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -73,7 +73,7 @@ impl Client {
         Ok(CountDownLatch {
             shared: Arc::new(Shared {
                 client: self.clone(),
-                channel: keys::latch_channel(&name).into(),
+                channel: latch_channel(&name).into(),
                 name: name.into(),
             }),
         })
@@ -237,6 +237,14 @@ struct Opened;
 
 impl crate::engine::observe::Grant for Opened {}
 
+/// The channel a count-down latch announces on. Redisson always wraps the
+/// name in braces here, even when it carries a hash tag of its own (on a
+/// cluster such names are refused for latches: the channel would hash
+/// elsewhere).
+fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +253,13 @@ mod tests {
     fn zero_wakes_everyone() {
         assert_eq!(wake_at_zero(b"0"), Wake::All);
         assert_eq!(wake_at_zero(b"1"), Wake::Nobody);
+    }
+
+    #[test]
+    fn redisson_channel() {
+        assert_eq!(
+            latch_channel("boot"),
+            "redisson_countdownlatch__channel__{boot}"
+        );
     }
 }

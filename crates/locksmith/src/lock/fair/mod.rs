@@ -26,7 +26,7 @@ use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{wake_one, Check, Keeper};
-use crate::engine::renewal::{Hold, Ownership};
+use crate::engine::renewal::Hold;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -121,14 +121,14 @@ impl Client {
         self.check_name(&name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = format!("{}:{holder}", self.id().hyphenated());
-        let prefix = keys::lock_channel(&name);
+        let prefix = crate::lock::lock_channel(&name);
         Ok(FairLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
                 room: self.room(FairRoom::new),
                 queue: keys::prefixed("redisson_lock_queue", &name).into(),
                 timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
-                token_key: keys::lock_token(&name).into(),
+                token_key: crate::lock::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
                 keeper: std::sync::OnceLock::new(),
                 waits: Arc::new(AtomicU64::new(0)),
@@ -439,7 +439,7 @@ impl FairLock {
         let mut state = reply.state.keep();
         let hold = Hold {
             key: shared.name.clone(),
-            ownership: Ownership::HashField,
+            script: &scripts::RENEW_FIELD,
             owner: shared.owner.clone(),
             lease,
             renew: self.lease.is_none(),

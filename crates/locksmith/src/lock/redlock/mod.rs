@@ -40,7 +40,7 @@ use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Batcher, Call, Tracked, Tracker};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
-use crate::engine::{keys, validate};
+use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -379,8 +379,8 @@ impl RedlockNodes {
         Ok(Redlock {
             nodes: self.clone(),
             keys: Arc::new(Keys {
-                token: keys::lock_token(&name).into(),
-                channel: keys::lock_channel(&name).into(),
+                token: crate::lock::lock_token(&name).into(),
+                channel: crate::lock::lock_channel(&name).into(),
                 name: name.into(),
             }),
             lease: None,
@@ -547,7 +547,7 @@ impl RedlockRoom {
         RedlockRoom {
             acquire: client.batcher(&scripts::LOCK_ACQUIRE),
             release: client.batcher(&scripts::LOCK_RELEASE),
-            renew: client.batcher(&scripts::RENEW),
+            renew: client.batcher(&scripts::RENEW_FIELD),
         }
     }
 }
@@ -892,7 +892,7 @@ impl Redlock {
                 Arg::Int(self.lease().as_millis() as u64),
                 Arg::Text(owner.clone()),
                 Arg::Static("1"),
-                Arg::Static(keys::UNLOCK_MESSAGE),
+                Arg::Static(crate::lock::UNLOCK_MESSAGE),
                 Arg::Static(""),
                 Arg::Static("0"),
                 Arg::Static("0"),
@@ -920,7 +920,6 @@ impl Redlock {
             1,
             [
                 Arg::Text(self.keys.name.clone()),
-                Arg::Static("h"),
                 Arg::Text(owner.clone()),
                 Arg::Int(lease.as_millis() as u64),
             ],

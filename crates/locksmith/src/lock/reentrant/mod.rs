@@ -23,8 +23,8 @@ use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::conn::ATTEMPTS;
 use crate::engine::hold::HoldState;
-use crate::engine::renewal::{Hold, Ownership};
-use crate::engine::{keys, validate};
+use crate::engine::renewal::Hold;
+use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -167,8 +167,8 @@ impl Client {
             shared: Arc::new(Shared {
                 client: self.clone(),
                 room: self.room(LockRoom::new),
-                token_key: keys::lock_token(&name).into(),
-                channel: keys::lock_channel(&name).into(),
+                token_key: crate::lock::lock_token(&name).into(),
+                channel: crate::lock::lock_channel(&name).into(),
                 owner: format!("{}:{holder}", self.id().hyphenated()).into(),
                 name: name.into(),
                 state: Arc::new(Mutex::new(HoldState::default())),
@@ -634,7 +634,7 @@ impl Lock {
             let registration = self.shared.client.renewer().register(
                 Hold {
                     key: self.shared.name.clone(),
-                    ownership: Ownership::HashField,
+                    script: &scripts::RENEW_FIELD,
                     owner: self.shared.owner.clone(),
                     lease,
                     renew: self.lease.is_none(),
@@ -694,7 +694,7 @@ pub(in crate::lock) async fn force_unlock(
     invocation
         .key(name)
         .key(channel)
-        .arg(keys::UNLOCK_MESSAGE)
+        .arg(crate::lock::UNLOCK_MESSAGE)
         .arg(client.notify_mode().code());
     let deleted: i64 = client.invoke(&invocation, name).await?;
     Ok(deleted == 1)

@@ -14,7 +14,6 @@ use super::handoff::Offer;
 use super::{Lock, Shared};
 use crate::engine::batch::{Arg, Call};
 use crate::engine::hold::{apply_release as apply_answer, HoldState, Sends};
-use crate::engine::keys;
 use crate::error::{Error, Result};
 
 /// What the release script is asked to do, and what a resend must repeat.
@@ -54,7 +53,7 @@ impl ReleaseCall {
                     Arg::Int(lease.as_millis() as u64),
                     Arg::Text(shared.owner.clone()),
                     Arg::Int(u64::from(expected)),
-                    Arg::Static(keys::UNLOCK_MESSAGE),
+                    Arg::Static(crate::lock::UNLOCK_MESSAGE),
                     successor,
                     Arg::Int(successor_lease),
                     Arg::Static(if if_alone { "1" } else { "0" }),

@@ -24,7 +24,7 @@ use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{Check, Wake};
-use crate::engine::renewal::{Hold, Ownership};
+use crate::engine::renewal::Hold;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -162,7 +162,7 @@ impl Client {
             shared: Arc::new(Shared {
                 client: self.clone(),
                 room: self.room(RwRoom::new),
-                token_key: keys::lock_token(&name).into(),
+                token_key: crate::lock::lock_token(&name).into(),
                 writers: keys::suffixed(&name, "locksmith_writers").into(),
                 channel: keys::prefixed("redisson_rwlock", &name).into(),
                 writer_field: format!("{owner}:write").into(),
@@ -498,13 +498,13 @@ impl ReadWriteLock {
         }
         let grant = acquire::Granted::from_reply(&reply);
         let mut state = reply.state.keep();
-        let (ownership, owner) = match side {
-            Side::Read => (Ownership::ReadHolds, shared.owner.clone()),
-            Side::Write => (Ownership::HashField, shared.writer_field.clone()),
+        let (script, owner) = match side {
+            Side::Read => (&scripts::RENEW_READS, shared.owner.clone()),
+            Side::Write => (&scripts::RENEW_FIELD, shared.writer_field.clone()),
         };
         let hold = Hold {
             key: shared.name.clone(),
-            ownership,
+            script,
             owner,
             lease,
             renew: self.lease.is_none(),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::renewal::{Hold, Ownership};
-use crate::engine::{keys, validate};
+use crate::engine::renewal::Hold;
+use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::lock::LockGuard;
 use crate::scripts;
@@ -64,8 +64,8 @@ impl Client {
         Ok(SimpleLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
-                token_key: keys::lock_token(&name),
-                channel: keys::lock_channel(&name),
+                token_key: crate::lock::lock_token(&name),
+                channel: crate::lock::lock_channel(&name),
                 name,
             }),
             lease: None,
@@ -260,7 +260,7 @@ impl SimpleLock {
         let registration = self.shared.client.renewer().register(
             Hold {
                 key: self.shared.name.as_str().into(),
-                ownership: Ownership::StringToken,
+                script: &scripts::RENEW_TOKEN,
                 owner: token.into(),
                 lease,
                 renew: self.lease.is_none(),
@@ -308,7 +308,7 @@ impl SimpleLock {
             .key(&self.shared.name)
             .key(&self.shared.channel)
             .arg(token)
-            .arg(keys::UNLOCK_MESSAGE)
+            .arg(crate::lock::UNLOCK_MESSAGE)
             .arg(self.shared.client.notify_mode().code());
         let mut attempt = 0;
         let mut resent = resend;

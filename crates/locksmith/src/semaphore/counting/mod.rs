@@ -19,7 +19,7 @@ use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::notify::{Check, Wake};
 use crate::engine::task::detach;
-use crate::engine::{keys, validate};
+use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -80,7 +80,7 @@ pub(crate) fn wake_for_permits(payload: &[u8]) -> Wake {
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
     {
-        Some(n) if n > 0 => Wake::Permits(n as u64),
+        Some(n) if n > 0 => Wake::Units(n as u64),
         Some(_) => Wake::Nobody,
         // Not a count (someone else's message): let one waiter look.
         None => Wake::One,
@@ -100,7 +100,7 @@ impl Client {
             shared: Arc::new(Shared {
                 client: self.clone(),
                 room: self.room(SemaphoreRoom::new),
-                channel: keys::semaphore_channel(&name).into(),
+                channel: crate::semaphore::semaphore_channel(&name).into(),
                 name: name.into(),
             }),
         })
@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn announcements_wake_by_permits() {
-        assert_eq!(wake_for_permits(b"3"), Wake::Permits(3));
+        assert_eq!(wake_for_permits(b"3"), Wake::Units(3));
         assert_eq!(wake_for_permits(b"0"), Wake::Nobody);
         assert_eq!(wake_for_permits(b"-2"), Wake::Nobody);
         assert_eq!(wake_for_permits(b"hello"), Wake::One);

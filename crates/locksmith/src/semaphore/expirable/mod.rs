@@ -18,7 +18,7 @@ use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::lease::LeaseState;
 use crate::engine::notify::Check;
-use crate::engine::renewal::{Hold, Ownership, Registration};
+use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::detach;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
@@ -97,8 +97,8 @@ impl Client {
             shared: Arc::new(Shared {
                 client: self.clone(),
                 room: self.room(ExpirableRoom::new),
-                timeouts: keys::permit_timeouts(&name).into(),
-                channel: keys::semaphore_channel(&name).into(),
+                timeouts: keys::suffixed(&name, "timeout").into(),
+                channel: crate::semaphore::semaphore_channel(&name).into(),
                 name: name.into(),
             }),
             lease: None,
@@ -383,7 +383,7 @@ impl ExpirableSemaphore {
         let registration = client.renewer().register(
             Hold {
                 key: shared.timeouts.clone(),
-                ownership: Ownership::PermitLease,
+                script: &scripts::RENEW_PERMIT,
                 owner: id.clone(),
                 lease,
                 renew: self.lease.is_none(),
