@@ -84,6 +84,9 @@ impl Default for Config {
     }
 }
 
+/// The arguments of a script call that takes none ([`Client::run_script`]).
+pub(crate) const NO_ARGS: &[&str] = &[];
+
 /// Builds a [`Client`] with non-default options.
 ///
 /// The URL names the deployment:
@@ -367,6 +370,7 @@ impl ClientBuilder {
                 renewer: Renewer::new(conn.clone(), acks),
                 acks,
                 rooms: Mutex::new(HashMap::new()),
+                batchers: Mutex::new(HashMap::new()),
                 topology: match conn {
                     Conn::Single(_) => Topology::Single,
                     Conn::Sentinel(_) => Topology::Sentinel,
@@ -432,6 +436,9 @@ struct Inner {
     /// Each primitive's client-wide state (its script batchers, registries),
     /// by type, made on first use; see [`Client::room`].
     rooms: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// The batcher of each batch script, by the script's address, made on
+    /// first use; see [`Client::shared_batcher`].
+    batchers: Mutex<HashMap<usize, Arc<Batcher>>>,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure (and follows failovers and slot moves, see `topology.rs`).
     conn: Conn,
@@ -503,12 +510,15 @@ impl Client {
         &self.inner.server_id
     }
 
-    pub(crate) fn check_name(&self, name: &str) -> Result<()> {
-        crate::engine::validate::name(name, self.inner.config.max_name_len)?;
+    /// `name` as a primitive's name, once it passed the checks (length,
+    /// characters, and on a cluster its hash tag).
+    pub(crate) fn checked_name(&self, name: impl Into<String>) -> Result<String> {
+        let name = name.into();
+        crate::engine::validate::name(&name, self.inner.config.max_name_len)?;
         if self.inner.topology == Topology::Cluster {
-            crate::engine::validate::cluster_name(name)?;
+            crate::engine::validate::cluster_name(&name)?;
         }
-        Ok(())
+        Ok(name)
     }
 
     /// Replicas that must acknowledge each grant, renewal and release (0
@@ -604,6 +614,21 @@ impl Client {
         Batcher::new(script, self.inner.conn.clone(), self.inner.acks)
     }
 
+    /// This client's one batcher of `script`, made on first use and shared
+    /// by every handle that sends it, so their calls coalesce.
+    pub(crate) fn shared_batcher(&self, script: &'static std::sync::LazyLock<Lua>) -> Arc<Batcher> {
+        let key = script as *const std::sync::LazyLock<Lua> as usize;
+        let mut batchers = self
+            .inner
+            .batchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        batchers
+            .entry(key)
+            .or_insert_with(|| Arc::new(self.batcher(script)))
+            .clone()
+    }
+
     /// Number of pub/sub channels this client is subscribed to (or
     /// subscribing), for diagnostics and tests.
     pub fn subscription_count(&self) -> usize {
@@ -644,6 +669,24 @@ impl Client {
             );
         }
         redis::from_redis_value(value).map_err(|e| self.map_err(e.into(), Some(key)))
+    }
+
+    /// Runs `lua` as [`Client::invoke`] does, with `keys` (the first names
+    /// the call in errors) and `args` (one value, or a tuple of them in
+    /// order).
+    pub(crate) async fn run_script<T: FromRedisValue>(
+        &self,
+        lua: &'static std::sync::LazyLock<Lua>,
+        keys: &[&str],
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        let mut invocation = lua.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        invocation.arg(args);
+        self.invoke(&invocation, keys.first().copied().unwrap_or_default())
+            .await
     }
 
     /// A wrong-type error names the key a script was called for; when one

@@ -26,8 +26,12 @@ macro_rules! catalogue {
     };
 }
 
+/// `reenter(...)`: one more hold for an owner that has some (the lock's
+/// and the fair lock's acquire).
+const REENTER: &str = include_str!("lock/reentrant/reenter.lua");
+
 catalogue! {
-    LOCK_ACQUIRE = "lock/reentrant/acquire" after [BATCH];
+    LOCK_ACQUIRE = "lock/reentrant/acquire" after [BATCH, REENTER];
     LOCK_RELEASE = "lock/reentrant/release" after [BATCH, ANNOUNCE, RECEIPT];
     FORCE_UNLOCK (once) = "lock/reentrant/force_unlock" after [ANNOUNCE];
     LOCK_INFO (read) = "lock/reentrant/info";
@@ -38,7 +42,8 @@ catalogue! {
     SIMPLE_ACQUIRE (unacked) = "lock/simple/acquire";
     SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE];
     MULTI_ACQUIRE = "lock/multi/acquire";
-    FAIR_ACQUIRE = "lock/fair/acquire" after [BATCH, ANNOUNCE, include_str!("lock/fair/common.lua")];
+    FAIR_ACQUIRE = "lock/fair/acquire"
+        after [BATCH, ANNOUNCE, REENTER, include_str!("lock/fair/common.lua")];
     FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, RECEIPT, include_str!("lock/fair/common.lua")];
     FAIR_LEAVE = "lock/fair/leave" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_INFO (read) = "lock/fair/info";

@@ -301,3 +301,52 @@ impl<S: Send + 'static> Drop for WaitEntry<S> {
         }
     }
 }
+
+/// The three public ways to ask for what a kind grants, over the kind's
+/// one core `self.$core(args.., wait: Option<Duration>) ->
+/// Result<Option<$out>>` (`None`: wait as long as it takes; `Some(ZERO)`:
+/// one try): the waiting method, the single try and the bounded wait,
+/// each with the kind's own doc comment.
+///
+/// ```ignore
+/// wait_methods! { acquire() -> LockGuard:
+///     /// Waits as long as it takes ...
+///     lock;
+///     /// Tries once ...
+///     try_lock;
+///     /// Waits at most `wait` ...
+///     try_lock_for;
+/// }
+/// ```
+macro_rules! wait_methods {
+    (
+        $core:ident($($arg:expr),*) -> $out:ty:
+        $(#[$wait_doc:meta])* $wait:ident;
+        $(#[$try_doc:meta])* $try:ident;
+        $(#[$for_doc:meta])* $try_for:ident;
+    ) => {
+        $(#[$wait_doc])*
+        pub async fn $wait(&self) -> $crate::error::Result<$out> {
+            loop {
+                // Without a deadline the core only returns with a grant.
+                if let Some(granted) = self.$core($($arg,)* None).await? {
+                    return Ok(granted);
+                }
+            }
+        }
+
+        $(#[$try_doc])*
+        pub async fn $try(&self) -> $crate::error::Result<Option<$out>> {
+            self.$core($($arg,)* Some(std::time::Duration::ZERO)).await
+        }
+
+        $(#[$for_doc])*
+        pub async fn $try_for(
+            &self,
+            wait: std::time::Duration,
+        ) -> $crate::error::Result<Option<$out>> {
+            self.$core($($arg,)* Some(wait)).await
+        }
+    };
+}
+pub(crate) use wait_methods;

@@ -19,6 +19,17 @@ local function leave_receipt(key, field, episode, ttl)
     end
 end
 
+-- The answer of a release that finds `held` holds of its owner where it
+-- expected `expected`: {4, held} nothing changed (a resend whose first send
+-- landed, or the undo of an acquire that never did), {0, held} not held as
+-- the owner believes.
+local function other_count(held, expected)
+    if held == expected - 1 then
+        return {4, held}
+    end
+    return {0, held}
+end
+
 -- The answer of a release that finds no hold of `field`: {1, 0} when it is
 -- a resend of a final release (`expected` 1) whose earlier send freed this
 -- very hold (its receipt is there), {0, 0} (not held) otherwise.

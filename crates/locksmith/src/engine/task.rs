@@ -75,13 +75,17 @@ where
 mod tests {
     use super::*;
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn restarts_after_its_runtime_ends() {
         let slot = TaskSlot::default();
-        let first = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let first = runtime();
         first.block_on(async {
             assert!(slot.ensure(std::future::pending));
             assert!(!slot.ensure(std::future::pending), "still running");
@@ -89,11 +93,7 @@ mod tests {
         assert!(slot.is_running());
         drop(first);
         assert!(!slot.is_running(), "the runtime dropped the task");
-        let second = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        second.block_on(async {
+        runtime().block_on(async {
             assert!(slot.ensure(std::future::pending));
         });
         assert!(!slot.ensure(std::future::pending), "no runtime here");

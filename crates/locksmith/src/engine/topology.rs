@@ -843,25 +843,24 @@ pub(crate) async fn server_identity(address: &Address, conn: &Conn) -> Result<St
         addr: describe.clone(),
         source,
     };
+    let (cmd, arg) = match address {
+        Address::Cluster { .. } => ("CLUSTER", "NODES"),
+        _ => ("INFO", "server"),
+    };
+    let text: String = redis::cmd(cmd)
+        .arg(arg)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(fail)?;
     if matches!(address, Address::Cluster { .. }) {
-        let nodes: String = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query_async(&mut conn.clone())
-            .await
-            .map_err(fail)?;
-        let smallest = nodes
+        let smallest = text
             .lines()
             .filter_map(|line| line.split_whitespace().next())
             .min()
             .unwrap_or_default();
         return Ok(format!("cluster:{smallest}"));
     }
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn.clone())
-        .await
-        .map_err(fail)?;
-    let run_id = info
+    let run_id = text
         .lines()
         .find_map(|l| l.strip_prefix("run_id:"))
         .map(str::trim)

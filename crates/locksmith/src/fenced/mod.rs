@@ -41,8 +41,7 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit.
     pub fn fenced_store(&self, name: impl Into<String>) -> Result<FencedStore> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         Ok(FencedStore {
             client: self.clone(),
             name: name.into(),

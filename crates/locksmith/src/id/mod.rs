@@ -116,8 +116,7 @@ impl Client {
     /// [`Error::InvalidArgument`] when `prefix` is empty or longer than the
     /// client's name limit.
     pub fn id_generator(&self, prefix: impl Into<String>) -> Result<IdGenerator> {
-        let prefix = prefix.into();
-        self.check_name(&prefix)?;
+        let prefix = self.checked_name(prefix)?;
         Ok(IdGenerator {
             client: self.clone(),
             prefix: prefix.into(),

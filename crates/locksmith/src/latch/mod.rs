@@ -63,8 +63,7 @@ impl Client {
     /// Redisson wraps the whole name in braces for the latch's channel, so
     /// a hash tag of the name's own would put the channel in another slot.
     pub fn count_down_latch(&self, name: impl Into<String>) -> Result<CountDownLatch> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         if self.topology() == Topology::Cluster && name.contains(['{', '}']) {
             return Err(Error::invalid(format!(
                 "latch name {name:?} contains a brace: on a cluster its channel (redisson_countdownlatch__channel__{{NAME}}) would hash to another slot than its key; use a name without braces"
@@ -221,14 +220,12 @@ impl CountDownLatch {
     /// Runs `latch.lua` with `op`.
     async fn run(&self, op: &'static str, count: u64) -> Result<u64> {
         let shared = &self.shared;
-        let mut invocation = scripts::LATCH.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.channel)
-            .arg(op)
-            .arg(count)
-            .arg(shared.client.notify_mode().code());
-        shared.client.invoke(&invocation, &shared.name).await
+        let keys = [&*shared.name, &*shared.channel];
+        let mode = shared.client.notify_mode().code();
+        shared
+            .client
+            .run_script(&scripts::LATCH, &keys, (op, count, mode))
+            .await
     }
 }
 

@@ -19,18 +19,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held ~= false then
-        held = tonumber(held)
-        if held == expected then
-            local token = tonumber(redis.call('get', token_key) or '0')
-            held = redis.call('hincrby', key, owner, 1)
-            redis.call('pexpire', key, lease)
-            return {1, token, held}
-        end
-        if held == expected + 1 then
-            return {2, tonumber(redis.call('get', token_key) or '0'), held,
-                redis.call('pttl', key)}
-        end
-        return {-1, held, 0}
+        return reenter(key, token_key, owner, tonumber(held), expected, lease)
     end
     if expected ~= 0 then
         return {-1, 0, 0}

@@ -60,28 +60,14 @@ impl FairLock {
     pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 }
 
-/// What every fair lock of one client shares.
-#[derive(Debug)]
-pub(crate) struct FairRoom {
-    /// Coalesces concurrent acquires into shared script calls.
-    acquire: Batcher,
-}
-
-impl FairRoom {
-    fn new(client: &Client) -> Self {
-        FairRoom {
-            acquire: client.batcher(&scripts::FAIR_ACQUIRE),
-        }
-    }
-}
-
 /// What clones of a [`FairLock`] share.
 #[derive(Debug)]
 struct Shared {
     /// The client the lock lives in.
     client: Client,
-    /// The client's state for all its fair locks.
-    room: Arc<FairRoom>,
+    /// The client's batcher of this kind's acquire script, shared by
+    /// every handle of the client so concurrent acquires coalesce.
+    acquire: Arc<Batcher>,
     /// The lock name: also the key of the lock hash.
     name: Arc<str>,
     /// The queue of waiting owners.
@@ -117,15 +103,14 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit (or has a broken hash tag on a cluster).
     pub fn fair_lock(&self, name: impl Into<String>) -> Result<FairLock> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = format!("{}:{holder}", self.id().hyphenated());
         let prefix = crate::lock::lock_channel(&name);
         Ok(FairLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
-                room: self.room(FairRoom::new),
+                acquire: self.shared_batcher(&scripts::FAIR_ACQUIRE),
                 queue: keys::prefixed("redisson_lock_queue", &name).into(),
                 timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
                 token_key: crate::lock::lock_token(&name).into(),
@@ -206,60 +191,42 @@ impl FairLock {
         })
     }
 
-    /// The lock's name (also its key).
-    pub fn name(&self) -> &str {
-        &self.shared.name
-    }
+    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+        /// Waits in line as long as it takes and acquires the lock.
+        ///
+        /// # Errors
+        /// Connection errors and timeouts (after resends);
+        /// [`Error::WrongType`] when a key holds something else;
+        /// [`Error::NotHeld`] when this owner re-enters a hold that was lost;
+        /// [`Error::NotReplicated`] when too few replicas saw the grant.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: a dropped future leaves the queue at once (in the
+        /// background, after any call in flight settled, so the leave cannot
+        /// be overtaken by a late enqueue), waking the next in line if the lock
+        /// is free; a grant whose reply was never read is released the same
+        /// way, with this owner's state held until then.
+        lock;
 
-    /// This handle's owner id, `<client-uuid>:<holder-id>`.
-    pub fn owner(&self) -> &str {
-        &self.shared.owner
-    }
+        /// Tries once; `None` when the lock is held or others are in line.
+        ///
+        /// # Errors
+        /// As for [`FairLock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`FairLock::lock`].
+        try_lock;
 
-    /// Waits in line as long as it takes and acquires the lock.
-    ///
-    /// # Errors
-    /// Connection errors and timeouts (after resends);
-    /// [`Error::WrongType`] when a key holds something else;
-    /// [`Error::NotHeld`] when this owner re-enters a hold that was lost;
-    /// [`Error::NotReplicated`] when too few replicas saw the grant.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped future leaves the queue at once (in the
-    /// background, after any call in flight settled, so the leave cannot
-    /// be overtaken by a late enqueue), waking the next in line if the lock
-    /// is free; a grant whose reply was never read is released the same
-    /// way, with this owner's state held until then.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        loop {
-            if let Some(guard) = self.acquire(None).await? {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// Tries once; `None` when the lock is held or others are in line.
-    ///
-    /// # Errors
-    /// As for [`FairLock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`FairLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Some(Duration::ZERO)).await
-    }
-
-    /// Waits in line at most `wait`; `None` when the lock did not come in
-    /// time (the owner then leaves the queue at once).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
-    /// as for [`FairLock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`FairLock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait)).await
+        /// Waits in line at most `wait`; `None` when the lock did not come in
+        /// time (the owner then leaves the queue at once).
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+        /// as for [`FairLock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`FairLock::lock`].
+        try_lock_for;
     }
 
     /// Holders, remaining lease, fencing counter and the queue, read
@@ -272,13 +239,11 @@ impl FairLock {
     /// Cancel safe: a read.
     pub async fn info(&self) -> Result<FairLockInfo> {
         let shared = &self.shared;
-        let mut invocation = scripts::FAIR_INFO.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.queue)
-            .key(&*shared.token_key);
-        let (fields, ttl, counter, queue): FairInfoReply =
-            shared.client.invoke(&invocation, &shared.name).await?;
+        let keys = [&*shared.name, &*shared.queue, &*shared.token_key];
+        let (fields, ttl, counter, queue): FairInfoReply = shared
+            .client
+            .run_script(&scripts::FAIR_INFO, &keys, crate::client::NO_ARGS)
+            .await?;
         // Only owner fields count holds; a hash of another lock kind (a
         // read-write lock's `mode`) shows its other fields as nothing held.
         let holders = fields
@@ -399,19 +364,11 @@ impl FairLock {
                 }
             })
         });
-        let mut reply = match acquire::send(
-            client,
-            &shared.name,
-            &shared.room.acquire,
-            call,
-            state,
-            undo,
-        )
-        .await
-        {
-            Ok(reply) => reply,
-            Err(e) => return Err(self.name_wrong_key(e).await),
-        };
+        let mut reply =
+            match acquire::send(client, &shared.name, &shared.acquire, call, state, undo).await {
+                Ok(reply) => reply,
+                Err(e) => return Err(self.name_wrong_key(e).await),
+            };
         match reply.field(0) {
             0 => {
                 let wait = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
@@ -479,36 +436,32 @@ impl FairLock {
     async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;
-        let mut invocation = scripts::FAIR_RELEASE.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.queue)
-            .key(&*shared.timeouts)
-            .arg(self.lease().as_millis() as u64)
-            .arg(&*shared.owner)
-            .arg(expected)
-            .arg(&*shared.channel_prefix)
-            .arg(client.notify_mode().code())
-            .arg(token)
-            .arg(client.receipt_ttl_ms());
-        client.invoke(&invocation, &shared.name).await
+        let keys = [&*shared.name, &*shared.queue, &*shared.timeouts];
+        let args = (
+            self.lease().as_millis() as u64,
+            &*shared.owner,
+            expected,
+            &*shared.channel_prefix,
+            client.notify_mode().code(),
+            token,
+            client.receipt_ttl_ms(),
+        );
+        client.run_script(&scripts::FAIR_RELEASE, &keys, args).await
     }
 
     /// Leaves the queue (idempotent), waking the next in line if the lock
     /// is free.
     async fn leave(&self) -> Result<()> {
         let shared = &self.shared;
-        let mut invocation = scripts::FAIR_LEAVE.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.queue)
-            .key(&*shared.timeouts)
-            .arg(&*shared.owner)
-            .arg(&*shared.channel_prefix)
-            .arg(shared.client.notify_mode().code());
+        let keys = [&*shared.name, &*shared.queue, &*shared.timeouts];
+        let args = (
+            &*shared.owner,
+            &*shared.channel_prefix,
+            shared.client.notify_mode().code(),
+        );
         shared
             .client
-            .invoke::<i64>(&invocation, &shared.name)
+            .run_script::<i64>(&scripts::FAIR_LEAVE, &keys, args)
             .await
             .map(drop)
     }
@@ -529,5 +482,15 @@ impl FairLock {
         Error::NotHeld {
             name: self.shared.name.to_string(),
         }
+    }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
     }
 }

@@ -34,7 +34,4 @@ if held == expected then
     wake_head(queue, prefix, '0', mode)
     return {1, 0}
 end
-if held == expected - 1 then
-    return {4, held}
-end
-return {0, held}
+return other_count(held, expected)

@@ -248,67 +248,38 @@ impl MultiLock {
         self.together
     }
 
-    /// Waits as long as it takes and acquires every member.
-    ///
-    /// # Errors
-    /// As for [`Lock::lock`]; members taken before the error are released.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: members already taken are released in the background
-    /// (their guards are dropped), and the member being acquired is
-    /// cancelled as [`Lock::lock`] is.
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        loop {
-            // Without a deadline `acquire` only returns with every member.
-            if let Some(guard) = self.acquire(None).await? {
-                return Ok(guard);
-            }
-        }
-    }
+    crate::engine::acquire::wait_methods! { acquire() -> MultiGuard:
+        /// Waits as long as it takes and acquires every member.
+        ///
+        /// # Errors
+        /// As for [`Lock::lock`]; members taken before the error are released.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: members already taken are released in the background
+        /// (their guards are dropped), and the member being acquired is
+        /// cancelled as [`Lock::lock`] is.
+        lock;
 
-    /// Takes every member if all are free now; `None` (nothing held)
-    /// otherwise.
-    ///
-    /// # Errors
-    /// As for [`MultiLock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`MultiLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(Duration::ZERO)).await
-    }
+        /// Takes every member if all are free now; `None` (nothing held)
+        /// otherwise.
+        ///
+        /// # Errors
+        /// As for [`MultiLock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`MultiLock::lock`].
+        try_lock;
 
-    /// Waits at most `wait` for every member; `None` (nothing held) when
-    /// they could not all be had in time.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
-    /// for [`MultiLock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`MultiLock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(wait)).await
-    }
-
-    /// As [`MultiLock::try_lock_for`] (`wait` of `None`: as long as it
-    /// takes), but also gives up when `cancel` completes: the members taken
-    /// so far are then released, and the release awaited, before this
-    /// returns `None`. Use it where a dropped future's background release
-    /// might not get to run (a program about to exit on a signal).
-    ///
-    /// # Errors
-    /// As for [`MultiLock::try_lock_for`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`MultiLock::lock`].
-    pub async fn acquire_unless(
-        &self,
-        wait: Option<Duration>,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<Option<MultiGuard>> {
-        let mut cancel = std::pin::pin!(cancel);
-        self.acquire_within(wait, cancel.as_mut()).await
+        /// Waits at most `wait` for every member; `None` (nothing held) when
+        /// they could not all be had in time.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
+        /// for [`MultiLock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`MultiLock::lock`].
+        try_lock_for;
     }
 
     /// Acquires the members in canonical order; on a member not had in
@@ -468,6 +439,26 @@ impl MultiLock {
                 (woken, i, _) = any => woken_by = woken.then_some(i),
             }
         }
+    }
+
+    /// As [`MultiLock::try_lock_for`] (`wait` of `None`: as long as it
+    /// takes), but also gives up when `cancel` completes: the members taken
+    /// so far are then released, and the release awaited, before this
+    /// returns `None`. Use it where a dropped future's background release
+    /// might not get to run (a program about to exit on a signal).
+    ///
+    /// # Errors
+    /// As for [`MultiLock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`MultiLock::lock`].
+    pub async fn acquire_unless(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<Option<MultiGuard>> {
+        let mut cancel = std::pin::pin!(cancel);
+        self.acquire_within(wait, cancel.as_mut()).await
     }
 }
 

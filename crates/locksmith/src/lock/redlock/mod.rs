@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, ClientBuilder};
-use crate::engine::batch::{Arg, Batcher, Call, Tracked, Tracker};
+use crate::engine::batch::{Arg, Call, Tracked, Tracker};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
 use crate::engine::validate;
@@ -533,25 +533,6 @@ struct Keys {
     channel: Arc<str>,
 }
 
-/// A node client's batchers for Redlock requests: concurrent rounds of
-/// many tasks share script calls per node, as the lock's own do.
-#[derive(Debug)]
-struct RedlockRoom {
-    acquire: Batcher,
-    release: Batcher,
-    renew: Batcher,
-}
-
-impl RedlockRoom {
-    fn new(client: &Client) -> Self {
-        RedlockRoom {
-            acquire: client.batcher(&scripts::LOCK_ACQUIRE),
-            release: client.batcher(&scripts::LOCK_RELEASE),
-            renew: client.batcher(&scripts::RENEW_FIELD),
-        }
-    }
-}
-
 /// What one node answered to an acquire request.
 enum NodeGrant {
     /// Granted, with this node's fencing counter.
@@ -585,75 +566,40 @@ impl Redlock {
         self.lease.unwrap_or(self.nodes.inner.lease)
     }
 
-    /// Waits as long as it takes and acquires the lock on a majority.
-    ///
-    /// # Errors
-    /// [`Error::NoQuorum`] when fewer than a majority of nodes answer a
-    /// round (down, unreachable within the per-node timeout, or answering
-    /// errors such as a wrong-type key): it fails at once rather than
-    /// waiting for nodes to come back.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a round cut short is undone on every node in the
-    /// background (a release with the round's own owner id, sent after its
-    /// acquire on the same connection), so nothing stays held but, on a
-    /// node that cannot be reached, a grant until its lease runs out.
-    pub async fn lock(&self) -> Result<RedlockGuard> {
-        loop {
-            if let Some(guard) = self.acquire(None).await? {
-                return Ok(guard);
-            }
-        }
-    }
+    crate::engine::acquire::wait_methods! { acquire() -> RedlockGuard:
+        /// Waits as long as it takes and acquires the lock on a majority.
+        ///
+        /// # Errors
+        /// [`Error::NoQuorum`] when fewer than a majority of nodes answer a
+        /// round (down, unreachable within the per-node timeout, or answering
+        /// errors such as a wrong-type key): it fails at once rather than
+        /// waiting for nodes to come back.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: a round cut short is undone on every node in the
+        /// background (a release with the round's own owner id, sent after its
+        /// acquire on the same connection), so nothing stays held but, on a
+        /// node that cannot be reached, a grant until its lease runs out.
+        lock;
 
-    /// One round: the lock if a majority grants it now, `None` otherwise.
-    ///
-    /// # Errors
-    /// As for [`Redlock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Redlock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<RedlockGuard>> {
-        self.acquire(Some(Duration::ZERO)).await
-    }
+        /// One round: the lock if a majority grants it now, `None` otherwise.
+        ///
+        /// # Errors
+        /// As for [`Redlock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`Redlock::lock`].
+        try_lock;
 
-    /// Rounds until the lock is had or `wait` has passed.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
-    /// as for [`Redlock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Redlock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<RedlockGuard>> {
-        self.acquire(Some(wait)).await
-    }
-
-    /// As [`Redlock::try_lock_for`] (`wait` of `None`: as long as it
-    /// takes), but also gives up when `cancel` completes: checked between
-    /// rounds (a round is bounded by about two per-node timeouts), and a
-    /// grant that lands as `cancel` completes is released, the release
-    /// awaited, before this returns `None`. Use it where a dropped future's
-    /// background undo might not get to run (a program about to exit on a
-    /// signal).
-    ///
-    /// # Errors
-    /// As for [`Redlock::try_lock_for`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Redlock::lock`].
-    pub async fn acquire_unless(
-        &self,
-        wait: Option<Duration>,
-        cancel: impl std::future::Future<Output = ()>,
-    ) -> Result<Option<RedlockGuard>> {
-        let labels = crate::engine::observe::Labels::of(
-            "redlock",
-            self.name(),
-            self.nodes.inner.metric_names,
-        );
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel))
-            .await
+        /// Rounds until the lock is had or `wait` has passed.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+        /// as for [`Redlock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`Redlock::lock`].
+        try_lock_for;
     }
 
     async fn acquire_inner(
@@ -861,8 +807,10 @@ impl Redlock {
                 Arg::Static("0"),
             ],
         );
-        let room = client.room(RedlockRoom::new);
-        match room.acquire.call::<Vec<i64>>(call, Some(tracker)).await {
+        // The node client's one batcher of the script: concurrent rounds
+        // share script calls per node, as the lock's own requests do.
+        let batcher = client.shared_batcher(&scripts::LOCK_ACQUIRE);
+        match batcher.call::<Vec<i64>>(call, Some(tracker)).await {
             Ok((reply, _)) => match reply.as_slice() {
                 [1 | 2, token, ..] => Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0))),
                 [0, ..] => Ok(NodeGrant::Busy),
@@ -906,8 +854,10 @@ impl Redlock {
                 Arg::Static("0"),
             ],
         );
-        let room = client.room(RedlockRoom::new);
-        match room.release.call::<Vec<i64>>(call, None).await {
+        // The node client's one batcher of the script: concurrent rounds
+        // share script calls per node, as the lock's own requests do.
+        let batcher = client.shared_batcher(&scripts::LOCK_RELEASE);
+        match batcher.call::<Vec<i64>>(call, None).await {
             Ok((reply, _)) => Ok(reply.first() == Some(&1)),
             Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
         }
@@ -924,8 +874,10 @@ impl Redlock {
                 Arg::Int(lease.as_millis() as u64),
             ],
         );
-        let room = client.room(RedlockRoom::new);
-        match room.renew.call::<i64>(call, None).await {
+        // The node client's one batcher of the script: concurrent rounds
+        // share script calls per node, as the lock's own requests do.
+        let batcher = client.shared_batcher(&scripts::RENEW_FIELD);
+        match batcher.call::<i64>(call, None).await {
             Ok((renewed, _)) => Ok(renewed == 1),
             Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
         }
@@ -963,6 +915,33 @@ impl Redlock {
             errors: vec![format!("release task failed: {e}")],
             ..Tally::default()
         })
+    }
+
+    /// As [`Redlock::try_lock_for`] (`wait` of `None`: as long as it
+    /// takes), but also gives up when `cancel` completes: checked between
+    /// rounds (a round is bounded by about two per-node timeouts), and a
+    /// grant that lands as `cancel` completes is released, the release
+    /// awaited, before this returns `None`. Use it where a dropped future's
+    /// background undo might not get to run (a program about to exit on a
+    /// signal).
+    ///
+    /// # Errors
+    /// As for [`Redlock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Redlock::lock`].
+    pub async fn acquire_unless(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<RedlockGuard>> {
+        let labels = crate::engine::observe::Labels::of(
+            "redlock",
+            self.name(),
+            self.nodes.inner.metric_names,
+        );
+        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel))
+            .await
     }
 }
 

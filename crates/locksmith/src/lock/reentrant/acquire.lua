@@ -36,19 +36,7 @@ local function acquire(key, token_key, lease, owner, expected)
         end
         return {0, redis.call('pttl', key), 0}
     end
-    held = tonumber(held)
-    if held == expected then
-        local token = tonumber(redis.call('get', token_key) or '0')
-        held = redis.call('hincrby', key, owner, 1)
-        redis.call('pexpire', key, lease)
-        return {1, token, held}
-    end
-    if held == expected + 1 then
-        -- A resend of an attempt whose reply was lost: it already landed.
-        return {2, tonumber(redis.call('get', token_key) or '0'), held,
-            redis.call('pttl', key)}
-    end
-    return {-1, held, 0}
+    return reenter(key, token_key, owner, tonumber(held), expected, lease)
 end
 
 return each_request(2, 3, function(k, a)

@@ -69,15 +69,16 @@ pub struct Lock {
     pub(in crate::lock) lease: Option<Duration>,
 }
 
-/// What every reentrant lock of one client shares: its script batchers and
+/// What every reentrant lock of one client shares: its script batchers
+/// (the client's own, which Redlock rounds on this client share too) and
 /// its local hand-off registry. Lives in the client as the lock's room (see
 /// [`Client::room`]), made on the first `client.lock(...)`.
 #[derive(Debug)]
 pub(crate) struct LockRoom {
     /// Coalesces concurrent acquires into shared script calls.
-    acquire: Batcher,
+    acquire: Arc<Batcher>,
     /// Coalesces concurrent releases into shared script calls.
-    release: Batcher,
+    release: Arc<Batcher>,
     /// Waiters parked for local hand-off, by lock name.
     handoffs: Handoffs,
 }
@@ -85,8 +86,8 @@ pub(crate) struct LockRoom {
 impl LockRoom {
     fn new(client: &Client) -> Self {
         LockRoom {
-            acquire: client.batcher(&scripts::LOCK_ACQUIRE),
-            release: client.batcher(&scripts::LOCK_RELEASE),
+            acquire: client.shared_batcher(&scripts::LOCK_ACQUIRE),
+            release: client.shared_batcher(&scripts::LOCK_RELEASE),
             handoffs: Handoffs::new(client.config().max_local_handoffs),
         }
     }
@@ -160,8 +161,7 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit.
     pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, Ordering::Relaxed);
         Ok(Lock {
             shared: Arc::new(Shared {
@@ -199,74 +199,55 @@ impl Lock {
         })
     }
 
-    /// The lock's name (also its key).
-    pub fn name(&self) -> &str {
-        &self.shared.name
-    }
+    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+        /// Waits as long as it takes and acquires the lock.
+        ///
+        /// # Errors
+        /// Connection errors and timeouts talking to Redis (after retries);
+        /// [`Error::WrongType`] when the key holds something else;
+        /// [`Error::NotHeld`] when this owner re-enters a hold that was lost.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
+        /// registration and hand-off ticket go with it; a request not yet sent is
+        /// withdrawn; a sent acquire whose reply was not read is undone by a
+        /// background release sent only after that call settled, so the grant
+        /// cannot overtake it; a hand-off arriving after the drop is released like
+        /// a dropped guard. Until the undo lands the lock may be held by no guard:
+        /// about one round trip, or until the lease ends if Redis is unreachable.
+        lock;
 
-    /// This handle's owner id, `<client-uuid>:<holder-id>`.
-    pub fn owner(&self) -> &str {
-        &self.shared.owner
-    }
+        /// Tries once; `None` when someone else holds the lock.
+        ///
+        /// It does not wait for other holders. It may wait for this owner's own
+        /// release that is still being resent in the background after Redis
+        /// stopped answering (see docs/locks.md, "Lost replies"), at most as
+        /// long as one attempt may take (three sends of the command timeout);
+        /// then it answers `None`.
+        ///
+        /// # Errors
+        /// As for [`Lock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`Lock::lock`]. It does not queue, so only two parts
+        /// apply: a request not yet sent is withdrawn, and a sent acquire whose
+        /// reply was not read is undone in the background after that call settled.
+        try_lock;
 
-    /// Waits as long as it takes and acquires the lock.
-    ///
-    /// # Errors
-    /// Connection errors and timeouts talking to Redis (after retries);
-    /// [`Error::WrongType`] when the key holds something else;
-    /// [`Error::NotHeld`] when this owner re-enters a hold that was lost.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
-    /// registration and hand-off ticket go with it; a request not yet sent is
-    /// withdrawn; a sent acquire whose reply was not read is undone by a
-    /// background release sent only after that call settled, so the grant
-    /// cannot overtake it; a hand-off arriving after the drop is released like
-    /// a dropped guard. Until the undo lands the lock may be held by no guard:
-    /// about one round trip, or until the lease ends if Redis is unreachable.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        loop {
-            // Without a deadline `acquire` only returns with the lock.
-            if let Some(guard) = self.acquire(None).await? {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// Tries once; `None` when someone else holds the lock.
-    ///
-    /// It does not wait for other holders. It may wait for this owner's own
-    /// release that is still being resent in the background after Redis
-    /// stopped answering (see docs/locks.md, "Lost replies"), at most as
-    /// long as one attempt may take (three sends of the command timeout);
-    /// then it answers `None`.
-    ///
-    /// # Errors
-    /// As for [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`]. It does not queue, so only two parts
-    /// apply: a request not yet sent is withdrawn, and a sent acquire whose
-    /// reply was not read is undone in the background after that call settled.
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Some(Duration::ZERO)).await
-    }
-
-    /// Waits at most `wait`; `None` when the lock could not be acquired in
-    /// time. (A wait shorter than one attempt's own time is stretched to
-    /// it only while this owner's own release settles in the background,
-    /// as for [`Lock::try_lock`].)
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
-    /// for [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`]: dropping the future (for example on an
-    /// outer timeout) leaves no registration, ticket, queued request or grant
-    /// behind.
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait)).await
+        /// Waits at most `wait`; `None` when the lock could not be acquired in
+        /// time. (A wait shorter than one attempt's own time is stretched to
+        /// it only while this owner's own release settles in the background,
+        /// as for [`Lock::try_lock`].)
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others as
+        /// for [`Lock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`Lock::lock`]: dropping the future (for example on an
+        /// outer timeout) leaves no registration, ticket, queued request or grant
+        /// behind.
+        try_lock_for;
     }
 
     /// Whether anyone holds the lock right now.
@@ -325,14 +306,11 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: a read; dropping the future changes nothing.
     pub async fn info(&self) -> Result<LockInfo> {
-        let mut invocation = scripts::LOCK_INFO.prepare_invoke();
-        invocation
-            .key(&*self.shared.name)
-            .key(&*self.shared.token_key);
+        let keys = [&*self.shared.name, &*self.shared.token_key];
         let (holders, ttl, counter): (Vec<(String, u64)>, i64, Option<u64>) = self
             .shared
             .client
-            .invoke(&invocation, &self.shared.name)
+            .run_script(&scripts::LOCK_INFO, &keys, crate::client::NO_ARGS)
             .await?;
         Ok(LockInfo {
             holders,
@@ -670,6 +648,16 @@ impl Lock {
         pending.0 = None;
         release_locked(&self.shared, state, self.lease(), true, Instant::now()).await
     }
+
+    /// The lock's name (also its key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This handle's owner id, `<client-uuid>:<holder-id>`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
 }
 
 /// Whether the lock key exists (shared by both lock kinds).
@@ -690,12 +678,9 @@ pub(in crate::lock) async fn force_unlock(
     name: &str,
     channel: &str,
 ) -> Result<bool> {
-    let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
-    invocation
-        .key(name)
-        .key(channel)
-        .arg(crate::lock::UNLOCK_MESSAGE)
-        .arg(client.notify_mode().code());
-    let deleted: i64 = client.invoke(&invocation, name).await?;
+    let args = (crate::lock::UNLOCK_MESSAGE, client.notify_mode().code());
+    let deleted: i64 = client
+        .run_script(&scripts::FORCE_UNLOCK, &[name, channel], args)
+        .await?;
     Ok(deleted == 1)
 }

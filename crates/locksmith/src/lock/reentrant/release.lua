@@ -70,10 +70,7 @@ local function release(key, channel, token_key, lease, owner, expected, message,
         announce(channel, message, mode)
         return {1, 0}
     end
-    if held == expected - 1 then
-        return {4, held}
-    end
-    return {0, held}
+    return other_count(held, expected)
 end
 
 return each_request(3, 10, function(k, a)

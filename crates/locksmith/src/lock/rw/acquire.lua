@@ -26,17 +26,29 @@ local function busy(key)
     return {0, pttl, 0}
 end
 
+-- The answer when the owner's `held` holds of this side do not allow a
+-- grant now: a resend of a request that already landed ({2, ...}), or a
+-- count the owner and the server disagree on ({-1, ...}); nil when `held`
+-- is what the owner believes and the request may go on.
+local function settled(key, token_key, held, expected)
+    if held == expected + 1 and held > 0 then
+        return {2, token_now(token_key), held, redis.call('pttl', key)}
+    end
+    if held ~= expected then
+        return {-1, held, 0}
+    end
+    return nil
+end
+
 local function acquire(key, token_key, writers, kind, owner, expected, lease, prefer, patience, now)
     expected = tonumber(expected)
     local mode = redis.call('hget', key, 'mode')
     local wfield = owner .. ':write'
     if kind == 'r' then
         local held = tonumber(redis.call('hget', key, owner) or '0')
-        if held == expected + 1 and held > 0 then
-            return {2, token_now(token_key), held, redis.call('pttl', key)}
-        end
-        if held ~= expected then
-            return {-1, held, 0}
+        local answer = settled(key, token_key, held, expected)
+        if answer then
+            return answer
         end
         local may = mode == false or mode == 'read'
             or (mode == 'write' and redis.call('hexists', key, wfield) == 1)
@@ -63,11 +75,9 @@ local function acquire(key, token_key, writers, kind, owner, expected, lease, pr
         return {1, token, n}
     end
     local held = tonumber(redis.call('hget', key, wfield) or '0')
-    if held == expected + 1 and held > 0 then
-        return {2, token_now(token_key), held, redis.call('pttl', key)}
-    end
-    if held ~= expected then
-        return {-1, held, 0}
+    local answer = settled(key, token_key, held, expected)
+    if answer then
+        return answer
     end
     if mode == false then
         local token = next_token(token_key)

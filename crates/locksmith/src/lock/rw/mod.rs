@@ -72,28 +72,14 @@ impl Side {
     }
 }
 
-/// What every read-write lock of one client shares.
-#[derive(Debug)]
-pub(crate) struct RwRoom {
-    /// Coalesces concurrent acquires into shared script calls.
-    acquire: Batcher,
-}
-
-impl RwRoom {
-    fn new(client: &Client) -> Self {
-        RwRoom {
-            acquire: client.batcher(&scripts::RW_ACQUIRE),
-        }
-    }
-}
-
 /// What clones of a [`ReadWriteLock`] share.
 #[derive(Debug)]
 struct Shared {
     /// The client the lock lives in.
     client: Client,
-    /// The client's state for all its read-write locks.
-    room: Arc<RwRoom>,
+    /// The client's batcher of this kind's acquire script, shared by
+    /// every handle of the client so concurrent acquires coalesce.
+    acquire: Arc<Batcher>,
     /// The lock name: also the key of the lock hash.
     name: Arc<str>,
     /// Fencing counter key.
@@ -154,14 +140,13 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit (or has a broken hash tag on a cluster).
     pub fn read_write_lock(&self, name: impl Into<String>) -> Result<ReadWriteLock> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = format!("{}:{holder}", self.id().hyphenated());
         Ok(ReadWriteLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
-                room: self.room(RwRoom::new),
+                acquire: self.shared_batcher(&scripts::RW_ACQUIRE),
                 token_key: crate::lock::lock_token(&name).into(),
                 writers: keys::suffixed(&name, "locksmith_writers").into(),
                 channel: keys::prefixed("redisson_rwlock", &name).into(),
@@ -241,80 +226,72 @@ impl ReadWriteLock {
         &self.shared.owner
     }
 
-    /// Waits for and takes a read hold (shared with other readers).
-    ///
-    /// # Errors
-    /// Connection errors and timeouts (after resends);
-    /// [`Error::WrongType`] when a key holds something else;
-    /// [`Error::NotHeld`] when this owner's read holds were lost;
-    /// [`Error::NotReplicated`] when too few replicas saw the grant.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped future leaves its pub/sub registration, and a
-    /// grant whose reply was never read is released in the background with
-    /// this owner's state held until then.
-    pub async fn read(&self) -> Result<LockGuard> {
-        self.wait_forever(Side::Read).await
+    crate::engine::acquire::wait_methods! { acquire(Side::Read) -> LockGuard:
+        /// Waits for and takes a read hold (shared with other readers).
+        ///
+        /// # Errors
+        /// Connection errors and timeouts (after resends);
+        /// [`Error::WrongType`] when a key holds something else;
+        /// [`Error::NotHeld`] when this owner's read holds were lost;
+        /// [`Error::NotReplicated`] when too few replicas saw the grant.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: a dropped future leaves its pub/sub registration, and a
+        /// grant whose reply was never read is released in the background with
+        /// this owner's state held until then.
+        read;
+
+        /// Takes a read hold if possible now; `None` otherwise.
+        ///
+        /// # Errors
+        /// As for [`ReadWriteLock::read`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ReadWriteLock::read`].
+        try_read;
+
+        /// Waits at most `wait` for a read hold.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+        /// as for [`ReadWriteLock::read`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ReadWriteLock::read`].
+        try_read_for;
     }
 
-    /// Takes a read hold if possible now; `None` otherwise.
-    ///
-    /// # Errors
-    /// As for [`ReadWriteLock::read`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ReadWriteLock::read`].
-    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Side::Read, Some(Duration::ZERO)).await
-    }
+    crate::engine::acquire::wait_methods! { acquire(Side::Write) -> LockGuard:
+        /// Waits for and takes the write hold (exclusive; reentrant).
+        ///
+        /// # Errors
+        /// [`Error::Upgrade`] when this owner holds read holds and no write
+        /// hold (waiting would deadlock: release the read holds first); others
+        /// as for [`ReadWriteLock::read`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ReadWriteLock::read`]; a preferring writer's
+        /// claim is withdrawn in the background.
+        write;
 
-    /// Waits at most `wait` for a read hold.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
-    /// as for [`ReadWriteLock::read`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ReadWriteLock::read`].
-    pub async fn try_read_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Side::Read, Some(wait)).await
-    }
+        /// Takes the write hold if possible now; `None` otherwise.
+        ///
+        /// # Errors
+        /// As for [`ReadWriteLock::write`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ReadWriteLock::write`].
+        try_write;
 
-    /// Waits for and takes the write hold (exclusive; reentrant).
-    ///
-    /// # Errors
-    /// [`Error::Upgrade`] when this owner holds read holds and no write
-    /// hold (waiting would deadlock: release the read holds first); others
-    /// as for [`ReadWriteLock::read`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ReadWriteLock::read`]; a preferring writer's
-    /// claim is withdrawn in the background.
-    pub async fn write(&self) -> Result<LockGuard> {
-        self.wait_forever(Side::Write).await
-    }
-
-    /// Takes the write hold if possible now; `None` otherwise.
-    ///
-    /// # Errors
-    /// As for [`ReadWriteLock::write`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ReadWriteLock::write`].
-    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Side::Write, Some(Duration::ZERO)).await
-    }
-
-    /// Waits at most `wait` for the write hold.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
-    /// as for [`ReadWriteLock::write`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ReadWriteLock::write`].
-    pub async fn try_write_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Side::Write, Some(wait)).await
+        /// Waits at most `wait` for the write hold.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+        /// as for [`ReadWriteLock::write`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ReadWriteLock::write`].
+        try_write_for;
     }
 
     /// Mode, readers, writer, lease, fencing counter and waiting writers,
@@ -327,13 +304,11 @@ impl ReadWriteLock {
     /// Cancel safe: a read.
     pub async fn info(&self) -> Result<ReadWriteLockInfo> {
         let shared = &self.shared;
-        let mut invocation = scripts::RW_INFO.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.token_key)
-            .key(&*shared.writers);
-        let (fields, ttl, counter, waiting): RwInfoReply =
-            shared.client.invoke(&invocation, &shared.name).await?;
+        let keys = [&*shared.name, &*shared.token_key, &*shared.writers];
+        let (fields, ttl, counter, waiting): RwInfoReply = shared
+            .client
+            .run_script(&scripts::RW_INFO, &keys, crate::client::NO_ARGS)
+            .await?;
         let mut info = ReadWriteLockInfo {
             mode: None,
             readers: Vec::new(),
@@ -357,14 +332,6 @@ impl ReadWriteLock {
     fn lease(&self) -> Duration {
         self.lease
             .unwrap_or_else(|| self.shared.client.config().lease)
-    }
-
-    async fn wait_forever(&self, side: Side) -> Result<LockGuard> {
-        loop {
-            if let Some(guard) = self.acquire(side, None).await? {
-                return Ok(guard);
-            }
-        }
     }
 
     /// Try, then wait on the lock's channel; re-check no later than the
@@ -457,19 +424,11 @@ impl ReadWriteLock {
                 }
             })
         });
-        let mut reply = match acquire::send(
-            client,
-            &shared.name,
-            &shared.room.acquire,
-            call,
-            state,
-            undo,
-        )
-        .await
-        {
-            Ok(reply) => reply,
-            Err(e) => return Err(self.name_wrong_key(e).await),
-        };
+        let mut reply =
+            match acquire::send(client, &shared.name, &shared.acquire, call, state, undo).await {
+                Ok(reply) => reply,
+                Err(e) => return Err(self.name_wrong_key(e).await),
+            };
         match reply.field(0) {
             0 => {
                 let pttl = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
@@ -553,19 +512,18 @@ impl ReadWriteLock {
     async fn run_release(&self, kind: &str, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;
-        let mut invocation = scripts::RW_RELEASE.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.writers)
-            .arg(kind)
-            .arg(&*shared.owner)
-            .arg(expected)
-            .arg(self.lease().as_millis() as u64)
-            .arg(&*shared.channel)
-            .arg(client.notify_mode().code())
-            .arg(token)
-            .arg(client.receipt_ttl_ms());
-        client.invoke(&invocation, &shared.name).await
+        let keys = [&*shared.name, &*shared.writers];
+        let args = (
+            kind,
+            &*shared.owner,
+            expected,
+            self.lease().as_millis() as u64,
+            &*shared.channel,
+            client.notify_mode().code(),
+            token,
+            client.receipt_ttl_ms(),
+        );
+        client.run_script(&scripts::RW_RELEASE, &keys, args).await
     }
 
     /// Names the key of the wrong type among the lock's keys.

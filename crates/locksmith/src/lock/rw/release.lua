@@ -39,11 +39,8 @@ if held == false then
     return gone_answer(key, field, expected, episode)
 end
 held = tonumber(held)
-if held == expected - 1 then
-    return {4, held}
-end
 if held ~= expected then
-    return {0, held}
+    return other_count(held, expected)
 end
 if kind == 'w' then
     if held > 1 then

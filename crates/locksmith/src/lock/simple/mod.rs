@@ -59,8 +59,7 @@ impl Client {
     /// # Errors
     /// [`Error::InvalidArgument`] when `name` is empty or too long.
     pub fn simple_lock(&self, name: impl Into<String>) -> Result<SimpleLock> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         Ok(SimpleLock {
             shared: Arc::new(Shared {
                 client: self.clone(),
@@ -96,49 +95,41 @@ impl SimpleLock {
         &self.shared.name
     }
 
-    /// Waits as long as it takes and acquires the lock.
-    ///
-    /// # Errors
-    /// Connection errors and timeouts; [`Error::WrongType`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
-    /// registration goes with it; a sent attempt whose reply was not read is
-    /// undone by a background compare-and-delete with that attempt's own token,
-    /// so it removes nothing but that attempt's grant. Until the undo lands the
-    /// lock may be held by no guard: about one round trip, or until the lease
-    /// ends if Redis is unreachable.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        loop {
-            if let Some(guard) = self.acquire(None).await? {
-                return Ok(guard);
-            }
-        }
-    }
+    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+        /// Waits as long as it takes and acquires the lock.
+        ///
+        /// # Errors
+        /// Connection errors and timeouts; [`Error::WrongType`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe: a dropped future leaves nothing behind. Its pub/sub
+        /// registration goes with it; a sent attempt whose reply was not read is
+        /// undone by a background compare-and-delete with that attempt's own token,
+        /// so it removes nothing but that attempt's grant. Until the undo lands the
+        /// lock may be held by no guard: about one round trip, or until the lease
+        /// ends if Redis is unreachable.
+        lock;
 
-    /// Tries once; `None` when the lock is held.
-    ///
-    /// # Errors
-    /// As for [`SimpleLock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`SimpleLock::lock`]: a sent attempt whose reply was not
-    /// read is undone by a background compare-and-delete with its token.
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Some(Duration::ZERO)).await
-    }
+        /// Tries once; `None` when the lock is held.
+        ///
+        /// # Errors
+        /// As for [`SimpleLock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`SimpleLock::lock`]: a sent attempt whose reply was not
+        /// read is undone by a background compare-and-delete with its token.
+        try_lock;
 
-    /// Waits at most `wait`.
-    ///
-    /// # Errors
-    /// As for [`SimpleLock::lock`], and [`Error::InvalidArgument`] for a
-    /// wait that overflows the clock.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`SimpleLock::lock`]: dropping the future leaves no
-    /// registration or grant behind.
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait)).await
+        /// Waits at most `wait`.
+        ///
+        /// # Errors
+        /// As for [`SimpleLock::lock`], and [`Error::InvalidArgument`] for a
+        /// wait that overflows the clock.
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`SimpleLock::lock`]: dropping the future leaves no
+        /// registration or grant behind.
+        try_lock_for;
     }
 
     /// Whether anyone holds the lock.

@@ -44,29 +44,14 @@ pub struct Semaphore {
     shared: Arc<Shared>,
 }
 
-/// What every semaphore of one client shares: the batcher that coalesces
-/// concurrent acquires into shared script calls.
-#[derive(Debug)]
-pub(crate) struct SemaphoreRoom {
-    /// Coalesces concurrent acquires (of any semaphore of this client).
-    acquire: Batcher,
-}
-
-impl SemaphoreRoom {
-    fn new(client: &Client) -> Self {
-        SemaphoreRoom {
-            acquire: client.batcher(&scripts::SEMAPHORE_ACQUIRE),
-        }
-    }
-}
-
 /// What clones of a [`Semaphore`] share.
 #[derive(Debug)]
 struct Shared {
     /// The client the semaphore lives in.
     client: Client,
-    /// The client's state for all its semaphores.
-    room: Arc<SemaphoreRoom>,
+    /// The client's batcher of this kind's acquire script, shared by
+    /// every handle of the client so concurrent acquires coalesce.
+    acquire: Arc<Batcher>,
     /// The semaphore's name: also the key holding its count.
     name: Arc<str>,
     /// Where changes of the count are announced.
@@ -94,13 +79,12 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit (or has a broken hash tag on a cluster).
     pub fn semaphore(&self, name: impl Into<String>) -> Result<Semaphore> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         Ok(Semaphore {
             shared: Arc::new(Shared {
-                client: self.clone(),
-                room: self.room(SemaphoreRoom::new),
                 channel: crate::semaphore::semaphore_channel(&name).into(),
+                acquire: self.shared_batcher(&scripts::SEMAPHORE_ACQUIRE),
+                client: self.clone(),
                 name: name.into(),
             }),
         })
@@ -319,7 +303,6 @@ impl Semaphore {
         let call = Call::new(1, [Arg::Text(shared.name.clone()), Arg::Int(permits)]);
         let undo = self.clone();
         let (reply, acked): (Vec<i64>, Option<u32>) = shared
-            .room
             .acquire
             .call_undoable(call, move |reply| {
                 // Unknown outcome (None): nothing safe to do, as the acquire
@@ -373,14 +356,12 @@ impl Semaphore {
     /// Runs `semaphore_update.lua` with `op` and `amount`.
     async fn update(&self, op: &'static str, amount: i64) -> Result<i64> {
         let shared = &self.shared;
-        let mut invocation = scripts::SEMAPHORE_UPDATE.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.channel)
-            .arg(op)
-            .arg(amount)
-            .arg(shared.client.notify_mode().code());
-        shared.client.invoke(&invocation, &shared.name).await
+        let keys = [&*shared.name, &*shared.channel];
+        let args = (op, amount, shared.client.notify_mode().code());
+        shared
+            .client
+            .run_script(&scripts::SEMAPHORE_UPDATE, &keys, args)
+            .await
     }
 
     /// A guard for `permits` just taken.

@@ -53,28 +53,14 @@ pub struct ExpirableSemaphore {
     lease: Option<Duration>,
 }
 
-/// What every permit-expirable semaphore of one client shares.
-#[derive(Debug)]
-pub(crate) struct ExpirableRoom {
-    /// Coalesces concurrent acquires into shared script calls.
-    acquire: Batcher,
-}
-
-impl ExpirableRoom {
-    fn new(client: &Client) -> Self {
-        ExpirableRoom {
-            acquire: client.batcher(&scripts::EXPIRABLE_ACQUIRE),
-        }
-    }
-}
-
 /// What clones of an [`ExpirableSemaphore`] share.
 #[derive(Debug)]
 struct Shared {
     /// The client the semaphore lives in.
     client: Client,
-    /// The client's state for all its permit-expirable semaphores.
-    room: Arc<ExpirableRoom>,
+    /// The client's batcher of this kind's acquire script, shared by
+    /// every handle of the client so concurrent acquires coalesce.
+    acquire: Arc<Batcher>,
     /// The name: also the key holding the available count.
     name: Arc<str>,
     /// The zset of taken permits and their expiry.
@@ -91,14 +77,13 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit (or has a broken hash tag on a cluster).
     pub fn expirable_semaphore(&self, name: impl Into<String>) -> Result<ExpirableSemaphore> {
-        let name = name.into();
-        self.check_name(&name)?;
+        let name = self.checked_name(name)?;
         Ok(ExpirableSemaphore {
             shared: Arc::new(Shared {
-                client: self.clone(),
-                room: self.room(ExpirableRoom::new),
                 timeouts: keys::suffixed(&name, "timeout").into(),
                 channel: crate::semaphore::semaphore_channel(&name).into(),
+                acquire: self.shared_batcher(&scripts::EXPIRABLE_ACQUIRE),
+                client: self.clone(),
                 name: name.into(),
             }),
             lease: None,
@@ -219,51 +204,43 @@ impl ExpirableSemaphore {
         }
     }
 
-    /// Waits for a free permit and takes it.
-    ///
-    /// # Errors
-    /// [`Error::WrongType`] when a key holds something else;
-    /// [`Error::NotReplicated`] when replica acknowledgement is on and too
-    /// few replicas saw the grant (the permit was given back); connection
-    /// errors and timeouts after three sends (an acquire is resent when
-    /// its reply is lost, which is safe: it is idempotent per permit id; a
-    /// permit granted to a send whose reply never came expires with its
-    /// lease).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future leaves its queue place and pub/sub
-    /// registration; a request not yet sent is withdrawn, and a permit
-    /// granted to a request whose reply was never read is released as soon
-    /// as that reply arrives.
-    pub async fn acquire(&self) -> Result<Permit> {
-        loop {
-            if let Some(permit) = self.acquire_within(None).await? {
-                return Ok(permit);
-            }
-        }
-    }
+    crate::engine::acquire::wait_methods! { acquire_within() -> Permit:
+        /// Waits for a free permit and takes it.
+        ///
+        /// # Errors
+        /// [`Error::WrongType`] when a key holds something else;
+        /// [`Error::NotReplicated`] when replica acknowledgement is on and too
+        /// few replicas saw the grant (the permit was given back); connection
+        /// errors and timeouts after three sends (an acquire is resent when
+        /// its reply is lost, which is safe: it is idempotent per permit id; a
+        /// permit granted to a send whose reply never came expires with its
+        /// lease).
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future leaves its queue place and pub/sub
+        /// registration; a request not yet sent is withdrawn, and a permit
+        /// granted to a request whose reply was never read is released as soon
+        /// as that reply arrives.
+        acquire;
 
-    /// Takes a permit if one is free now; `None` otherwise.
-    ///
-    /// # Errors
-    /// As for [`ExpirableSemaphore::acquire`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ExpirableSemaphore::acquire`].
-    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.acquire_within(Some(Duration::ZERO)).await
-    }
+        /// Takes a permit if one is free now; `None` otherwise.
+        ///
+        /// # Errors
+        /// As for [`ExpirableSemaphore::acquire`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ExpirableSemaphore::acquire`].
+        try_acquire;
 
-    /// Waits at most `wait` for a permit; `None` when none came free.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
-    /// as for [`ExpirableSemaphore::acquire`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`ExpirableSemaphore::acquire`].
-    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
-        self.acquire_within(Some(wait)).await
+        /// Waits at most `wait` for a permit; `None` when none came free.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `wait` overflows the clock; others
+        /// as for [`ExpirableSemaphore::acquire`].
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`ExpirableSemaphore::acquire`].
+        try_acquire_for;
     }
 
     /// Tries, then waits on the channel, re-checking no later than when the
@@ -329,7 +306,6 @@ impl ExpirableSemaphore {
             let sent_at = Instant::now();
             let undo = (self.clone(), id.clone());
             let reply: redis::RedisResult<(Vec<i64>, Option<u32>)> = shared
-                .room
                 .acquire
                 .call_undoable(call.clone(), move |reply| {
                     // Releasing by id is harmless if nothing was granted,
@@ -413,15 +389,12 @@ impl ExpirableSemaphore {
     /// Runs `expirable_update.lua` with `op` and `arg`.
     async fn update(&self, op: &'static str, arg: &str) -> Result<i64> {
         let shared = &self.shared;
-        let mut invocation = scripts::EXPIRABLE_UPDATE.prepare_invoke();
-        invocation
-            .key(&*shared.name)
-            .key(&*shared.timeouts)
-            .key(&*shared.channel)
-            .arg(op)
-            .arg(arg)
-            .arg(shared.client.notify_mode().code());
-        shared.client.invoke(&invocation, &shared.name).await
+        let keys = [&*shared.name, &*shared.timeouts, &*shared.channel];
+        let args = (op, arg, shared.client.notify_mode().code());
+        shared
+            .client
+            .run_script(&scripts::EXPIRABLE_UPDATE, &keys, args)
+            .await
     }
 }
 
