@@ -84,6 +84,17 @@ impl Default for Config {
     }
 }
 
+/// Which queue of a script's requests a batcher serves (see
+/// [`Client::batcher_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    /// The client's own handles.
+    Own,
+    /// Requests made for a caller that spans several clients, bounded by a
+    /// short per-node timeout (Redlock rounds).
+    Spanning,
+}
+
 /// The arguments of a script call that takes none ([`Client::run_script`]).
 pub(crate) const NO_ARGS: &[&str] = &[];
 
@@ -433,12 +444,12 @@ struct Inner {
     hub: NotifyHub,
     /// The watchdog renewing this client's leases.
     renewer: Renewer,
-    /// Each primitive's client-wide state (its script batchers, registries),
-    /// by type, made on first use; see [`Client::room`].
+    /// Each primitive's client-wide state (registries such as the lock's
+    /// local hand-offs), by type, made on first use; see [`Client::room`].
     rooms: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    /// The batcher of each batch script, by the script's address, made on
-    /// first use; see [`Client::shared_batcher`].
-    batchers: Mutex<HashMap<usize, Arc<Batcher>>>,
+    /// The batcher of each batch script and lane, by the script's address,
+    /// made on first use; see [`Client::shared_batcher`].
+    batchers: Mutex<HashMap<(usize, Lane), Arc<Batcher>>>,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure (and follows failovers and slot moves, see `topology.rs`).
     conn: Conn,
@@ -593,8 +604,9 @@ impl Client {
 
     /// The client-wide state of one primitive kind (its room): made by
     /// `make` the first time it is asked for, then shared by every handle
-    /// of that kind. A primitive keeps its batchers and registries here, so
-    /// adding a primitive never edits the client. `make` must not ask for a
+    /// of that kind. A primitive keeps its registries here (its batchers
+    /// come from [`Client::shared_batcher`]), so adding a primitive never
+    /// edits the client. `make` must not ask for a
     /// room itself.
     pub(crate) fn room<T: Any + Send + Sync>(&self, make: impl FnOnce(&Client) -> T) -> Arc<T> {
         let mut rooms = self.inner.rooms.lock().unwrap_or_else(|e| e.into_inner());
@@ -617,7 +629,18 @@ impl Client {
     /// This client's one batcher of `script`, made on first use and shared
     /// by every handle that sends it, so their calls coalesce.
     pub(crate) fn shared_batcher(&self, script: &'static std::sync::LazyLock<Lua>) -> Arc<Batcher> {
-        let key = script as *const std::sync::LazyLock<Lua> as usize;
+        self.batcher_in(script, Lane::Own)
+    }
+
+    /// This client's batcher of `script` in `lane`: a lane has its own
+    /// queue and its own calls in flight, so requests with a tight
+    /// deadline of their own never wait behind another lane's.
+    pub(crate) fn batcher_in(
+        &self,
+        script: &'static std::sync::LazyLock<Lua>,
+        lane: Lane,
+    ) -> Arc<Batcher> {
+        let key = (script as *const std::sync::LazyLock<Lua> as usize, lane);
         let mut batchers = self
             .inner
             .batchers

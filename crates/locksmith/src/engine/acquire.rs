@@ -143,7 +143,7 @@ pub(crate) async fn send<S: Send + 'static>(
             Err(e) => {
                 let e = client.map_err(e, Some(name));
                 if e.may_resend(sends) {
-                    tracing::debug!(lock = %name, error = %e, "acquire reply lost; resending");
+                    tracing::debug!(name = %name, error = %e, "acquire reply lost; resending");
                     continue;
                 }
                 if sends == 1 && !e.is_reply_lost() {
@@ -279,8 +279,8 @@ impl<S: Send + 'static> WaitEntry<S> {
     /// The wait ended: without the lock (out of time, failed), the entry is
     /// withdrawn before returning, so the owner's next wait cannot be
     /// overtaken by it; with the lock, the grant took the entry.
-    pub(crate) async fn end(mut self, got_lock: bool) {
-        if let (Some((state, _, _, withdraw)), false) = (self.armed.take(), got_lock) {
+    pub(crate) async fn end(mut self, granted: bool) {
+        if let (Some((state, _, _, withdraw)), false) = (self.armed.take(), granted) {
             let state = state.lock_owned().await;
             withdraw().await;
             drop(state);
@@ -309,13 +309,13 @@ impl<S: Send + 'static> Drop for WaitEntry<S> {
 /// each with the kind's own doc comment.
 ///
 /// ```ignore
-/// wait_methods! { acquire() -> LockGuard:
+/// wait_methods! { acquire() -> Guard:
 ///     /// Waits as long as it takes ...
-///     lock;
+///     take;
 ///     /// Tries once ...
-///     try_lock;
+///     try_take;
 ///     /// Waits at most `wait` ...
-///     try_lock_for;
+///     try_take_for;
 /// }
 /// ```
 macro_rules! wait_methods {

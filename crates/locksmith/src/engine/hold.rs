@@ -242,7 +242,7 @@ impl<S: Send + 'static> Releaser<S> {
             match (self.send)(expected, token).await {
                 Ok(reply) => break reply,
                 Err(e) if e.may_resend(attempt) => {
-                    tracing::debug!(lock = %self.name, error = %e, "release reply lost; resending");
+                    tracing::debug!(name = %self.name, error = %e, "release reply lost; resending");
                     sends.resent = true;
                 }
                 Err(e) if e.is_reply_lost() => {
@@ -289,7 +289,7 @@ impl<S: Send + 'static> Releaser<S> {
                 loop {
                     let now = Instant::now();
                     if now >= until {
-                        tracing::warn!(lock = %this.name, "release not confirmed before the lease ended; the lease runs out by itself");
+                        tracing::warn!(name = %this.name, "release not confirmed before the lease ended; the lease runs out by itself");
                         (this.hold)(&mut state).forget();
                         return;
                     }
@@ -305,12 +305,12 @@ impl<S: Send + 'static> Releaser<S> {
                                 sends,
                                 this.rearm,
                             );
-                            tracing::debug!(lock = %this.name, held, "release settled in the background");
+                            tracing::debug!(name = %this.name, held, "release settled in the background");
                             return;
                         }
                         Err(e) if e.is_reply_lost() => {}
                         Err(e) => {
-                            tracing::warn!(lock = %this.name, error = %e, "Redis refused a release; the lease runs out by itself");
+                            tracing::warn!(name = %this.name, error = %e, "Redis refused a release; the lease runs out by itself");
                             (this.hold)(&mut state).forget();
                             return;
                         }

@@ -307,7 +307,7 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
             let mut entries = strong.lock_entries();
             entries.retain(|_, entry| {
                 if entry.state.deadline() <= now && entry.hold.renew {
-                    tracing::warn!(key = %entry.hold.key, "lease ran out before renewal was confirmed; marking lock lost");
+                    tracing::warn!(key = %entry.hold.key, "lease ran out before renewal was confirmed; marking the hold lost");
                 }
                 // Marks the lease lost once its deadline has passed.
                 !entry.state.is_lost()
@@ -456,7 +456,7 @@ async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Du
                         entry.state.armed(sent_at, due.lease);
                         entry.next_renewal = sent_at + due.lease / 3;
                     } else {
-                        tracing::warn!(key = %due.key, "lock no longer held at renewal; marking it lost");
+                        tracing::warn!(key = %due.key, "hold gone at renewal; marking it lost");
                         entry.state.mark_lost();
                         entries.remove(&due.id);
                     }

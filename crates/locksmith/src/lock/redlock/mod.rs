@@ -36,6 +36,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Lane;
 use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Call, Tracked, Tracker};
 use crate::engine::lease::{drift, LeaseState};
@@ -807,9 +808,11 @@ impl Redlock {
                 Arg::Static("0"),
             ],
         );
-        // The node client's one batcher of the script: concurrent rounds
-        // share script calls per node, as the lock's own requests do.
-        let batcher = client.shared_batcher(&scripts::LOCK_ACQUIRE);
+        // The node client's batcher of the script for rounds: concurrent
+        // rounds share script calls per node, in a lane of their own so a
+        // round's short per-node timeout never waits behind the client's
+        // other lock traffic.
+        let batcher = client.batcher_in(&scripts::LOCK_ACQUIRE, Lane::Spanning);
         match batcher.call::<Vec<i64>>(call, Some(tracker)).await {
             Ok((reply, _)) => match reply.as_slice() {
                 [1 | 2, token, ..] => Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0))),
@@ -854,9 +857,11 @@ impl Redlock {
                 Arg::Static("0"),
             ],
         );
-        // The node client's one batcher of the script: concurrent rounds
-        // share script calls per node, as the lock's own requests do.
-        let batcher = client.shared_batcher(&scripts::LOCK_RELEASE);
+        // The node client's batcher of the script for rounds: concurrent
+        // rounds share script calls per node, in a lane of their own so a
+        // round's short per-node timeout never waits behind the client's
+        // other lock traffic.
+        let batcher = client.batcher_in(&scripts::LOCK_RELEASE, Lane::Spanning);
         match batcher.call::<Vec<i64>>(call, None).await {
             Ok((reply, _)) => Ok(reply.first() == Some(&1)),
             Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
@@ -874,9 +879,11 @@ impl Redlock {
                 Arg::Int(lease.as_millis() as u64),
             ],
         );
-        // The node client's one batcher of the script: concurrent rounds
-        // share script calls per node, as the lock's own requests do.
-        let batcher = client.shared_batcher(&scripts::RENEW_FIELD);
+        // The node client's batcher of the script for rounds: concurrent
+        // rounds share script calls per node, in a lane of their own so a
+        // round's short per-node timeout never waits behind the client's
+        // other lock traffic.
+        let batcher = client.batcher_in(&scripts::RENEW_FIELD, Lane::Spanning);
         match batcher.call::<i64>(call, None).await {
             Ok((renewed, _)) => Ok(renewed == 1),
             Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
