@@ -170,6 +170,16 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             );
             Ok(exit::SOFTWARE)
         }
+        Err(e) if e.kind() == ErrorKind::Unconfirmed => {
+            // The release's reply was lost and its resend found the lock
+            // free: released by the first send, or lost just before. The
+            // watchdog saw no loss while the command ran.
+            eprintln!(
+                "locksmith: warning: the release of {what} is unconfirmed ({e}); \
+                 it is not held any more"
+            );
+            Ok(code)
+        }
         Err(e) => {
             // The lease runs out on its own; the command did run under the
             // lock as far as anyone can tell, so its status stands.

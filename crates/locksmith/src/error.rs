@@ -48,6 +48,21 @@ pub enum Error {
         name: String,
     },
 
+    /// A release whose reply was lost was sent again and found the hold
+    /// gone, and nothing tells which of two things happened: the first
+    /// send released it, or the hold had already ended (its lease ran
+    /// out, it was force-unlocked, or a restart or failover wiped it).
+    /// Either way this owner no longer holds the lock. A client built with
+    /// [`ClientBuilder::release_receipts`](crate::ClientBuilder::release_receipts)
+    /// answers `Ok` or [`Error::NotHeld`] instead. Only a final release
+    /// (the owner's last hold) of a lock, fair lock or read-write lock
+    /// answers this.
+    #[error("release of {name:?} is unconfirmed: its reply was lost and the resend found the hold gone (released by the first send, or already lost); this owner does not hold it either way")]
+    Unconfirmed {
+        /// The lock's name.
+        name: String,
+    },
+
     /// A fenced store refused a write: a larger fencing token has written
     /// already, so the writer's lock was lost and granted again since.
     #[error("fenced store {name:?} refused a write with token {token}: token {highest} has written already (this holder's lock was lost)")]
@@ -145,6 +160,9 @@ pub enum ErrorKind {
     WrongType,
     /// The caller does not hold the lock it tried to release.
     NotHeld,
+    /// A release's outcome is unknown (see [`Error::Unconfirmed`]); the
+    /// caller does not hold the lock any more.
+    Unconfirmed,
     /// A read-write lock reader asked for the write hold.
     Upgrade,
     /// A fenced store refused a write with a stale fencing token.
@@ -175,6 +193,7 @@ impl Error {
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::WrongType { .. } => ErrorKind::WrongType,
             Error::NotHeld { .. } | Error::PermitNotHeld { .. } => ErrorKind::NotHeld,
+            Error::Unconfirmed { .. } => ErrorKind::Unconfirmed,
             Error::Upgrade { .. } => ErrorKind::Upgrade,
             Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,

@@ -4,9 +4,11 @@
 //! withdrawn or failed waiters.
 //!
 //! - A release whose reply is cut after the server ran it is resent and
-//!   answers `Ok` (the resend finds the receipt its first send left).
+//!   answers `Ok` with release receipts on (the resend finds the receipt
+//!   its first send left), `Unconfirmed` without them, never `NotHeld`.
 //! - A release of a hold that a restart wiped answers an error, never `Ok`,
-//!   even though its first send failed and was resent.
+//!   even though its first send failed and was resent: `NotHeld` with
+//!   receipts, `Unconfirmed` without.
 //! - A release that re-arms the remaining holds measures the new lease
 //!   from when it was sent, so the local deadline never ends after the
 //!   server's expiry.
@@ -25,12 +27,18 @@ use locksmith_testkit::{FaultMode, FaultProxy, RedisServer};
 
 /// A client that reaches `server` through `proxy`.
 async fn proxied(proxy: &FaultProxy, lease: Duration) -> Client {
-    Client::builder(proxy.url())
+    connect(&proxy.url(), lease, false).await
+}
+
+/// A client of `url`, with release receipts on or off.
+async fn connect(url: &str, lease: Duration, receipts: bool) -> Client {
+    Client::builder(url)
         .lease(lease)
         .command_timeout(Duration::from_secs(2))
+        .release_receipts(receipts)
         .build()
         .await
-        .expect("connect through the proxy")
+        .expect("connect")
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -97,22 +105,51 @@ async fn try_other(client: &Client, kind: Kind, name: &str) -> Option<LockGuard>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_whose_reply_is_cut_is_resent_and_answers_ok() {
+async fn a_release_whose_reply_is_cut_is_resent_and_answers_ok_with_receipts() {
+    cut_release(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_cut_is_unconfirmed_without_receipts() {
+    cut_release(false).await;
+}
+
+/// Cuts the reply of a final release of every kind; its resend finds the
+/// lock free.
+async fn cut_release(receipts: bool) {
     let server = RedisServer::start().unwrap();
     let proxy = FaultProxy::start(&server.addr()).unwrap();
-    let client = proxied(&proxy, Duration::from_secs(30)).await;
+    let client = connect(&proxy.url(), Duration::from_secs(30), receipts).await;
     let other = common::client(&server, Duration::from_secs(30)).await;
     for kind in KINDS {
         let name = format!("cut-{kind:?}");
+        // A first hold and release loads the scripts, so the reply cut
+        // below is the release's own answer, not a NOSCRIPT refusal.
+        let warm = take(&client, kind, &name, Duration::from_secs(60)).await;
+        warm.release().await.unwrap();
         let guard = take(&client, kind, &name, Duration::from_secs(60)).await;
         let cuts = proxy.cuts();
         proxy.cut_reply_after(b"EVALSHA");
         let released = guard.release().await;
         assert!(proxy.cuts() > cuts, "{kind:?}: the release reply was cut");
-        assert!(
-            released.is_ok(),
-            "{kind:?}: the first send freed the lock, the resend must say so: {released:?}"
-        );
+        if receipts {
+            assert!(
+                released.is_ok(),
+                "{kind:?}: the first send freed the lock, the resend must say so: {released:?}"
+            );
+        } else {
+            assert!(
+                matches!(released, Err(Error::Unconfirmed { .. })),
+                "{kind:?}: without a receipt the resend cannot tell; it said {released:?}"
+            );
+        }
+        let receipt = format!("{{{name}}}:locksmith_released:");
+        let mut conn = server.connection().unwrap();
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{receipt}*"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(!left.is_empty(), receipts, "{kind:?}: receipts {left:?}");
         assert!(!exists(&server, &name), "{kind:?}: freed on the server");
         let again = try_other(&other, kind, &name).await;
         assert!(again.is_some(), "{kind:?}: another owner gets it");
@@ -123,29 +160,42 @@ async fn a_release_whose_reply_is_cut_is_resent_and_answers_ok() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_a_hold_a_restart_wiped_never_answers_ok() {
     let mut server = RedisServer::start().unwrap();
-    let a = client(&server, Duration::from_secs(30)).await;
-    let b = client(&server, Duration::from_secs(30)).await;
-    for kind in [Kind::Lock, Kind::Fair, Kind::Write] {
-        let name = format!("wiped-{kind:?}");
-        // A fixed lease: no renewal finds the loss before the release.
-        let held = take(&a, kind, &name, Duration::from_secs(60)).await;
-        assert!(!held.is_lost());
-        // No persistence: the restart forgets the hold, and A's connection
-        // breaks, so its release is sent again after a reconnect.
-        server.restart().unwrap();
-        let theirs = loop {
-            match try_other(&b, kind, &name).await {
-                Some(guard) => break guard,
-                None => tokio::time::sleep(Duration::from_millis(50)).await,
+    for receipts in [true, false] {
+        let a = connect(&server.url(), Duration::from_secs(30), receipts).await;
+        let b = client(&server, Duration::from_secs(30)).await;
+        for kind in [Kind::Lock, Kind::Fair, Kind::Write] {
+            let name = format!("wiped-{kind:?}-{receipts}");
+            // A fixed lease: no renewal finds the loss before the release.
+            let held = take(&a, kind, &name, Duration::from_secs(60)).await;
+            assert!(!held.is_lost());
+            // No persistence: the restart forgets the hold, and A's
+            // connection breaks, so its release is sent again after a
+            // reconnect.
+            server.restart().unwrap();
+            let theirs = loop {
+                match try_other(&b, kind, &name).await {
+                    Some(guard) => break guard,
+                    None => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let released = held.release().await;
+            if receipts {
+                assert!(
+                    matches!(released, Err(Error::NotHeld { .. })),
+                    "{kind:?}: the hold was wiped by the restart; the release said {released:?}"
+                );
+            } else {
+                assert!(
+                    matches!(
+                        released,
+                        Err(Error::NotHeld { .. } | Error::Unconfirmed { .. })
+                    ),
+                    "{kind:?}: the hold was wiped by the restart; the release said {released:?}"
+                );
             }
-        };
-        let released = held.release().await;
-        assert!(
-            matches!(released, Err(Error::NotHeld { .. })),
-            "{kind:?}: the hold was wiped by the restart; the release said {released:?}"
-        );
-        assert!(exists(&server, &name), "{kind:?}: B's hold is untouched");
-        theirs.release().await.unwrap();
+            assert!(exists(&server, &name), "{kind:?}: B's hold is untouched");
+            theirs.release().await.unwrap();
+        }
     }
 }
 

@@ -49,10 +49,10 @@ const ACQUIRE_SCRIPT: &str = "lock/reentrant/acquire";
 /// See [`ACQUIRE_SCRIPT`].
 const RELEASE_SCRIPT: &str = "lock/reentrant/release";
 
-/// How long the raw release leaves its receipt: what a client with the
-/// default timeouts asks for on a single server (see `docs/locks.md`,
-/// "Lost replies").
-const RAW_RECEIPT_MS: u64 = 25_000;
+/// How long the raw release leaves its receipt: none, as a client with
+/// the default settings (release receipts off; see `docs/locks.md`, "Lost
+/// replies").
+const RAW_RECEIPT_MS: u64 = 0;
 
 /// The source of one of locksmith's scripts.
 fn library_script(name: &str) -> Result<&'static str, String> {
@@ -563,8 +563,8 @@ impl Bench {
                     .arg(0)
                     .arg(0)
                     .arg("p")
-                    // The hold's token and the receipt's life, as the
-                    // library sends them (its default timeouts).
+                    // The hold's episode and the receipt's life, as the
+                    // library sends them (its default settings).
                     .arg(1)
                     .arg(RAW_RECEIPT_MS);
             }

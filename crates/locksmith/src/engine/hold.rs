@@ -115,16 +115,19 @@ pub(crate) struct Sends {
     pub(crate) answered: Instant,
     /// An earlier send of the same release may have landed.
     pub(crate) resent: bool,
+    /// Final releases leave receipts, so a resend's "gone" is exact.
+    pub(crate) receipts: bool,
 }
 
 impl Sends {
     /// A release about to be sent for the first time.
-    pub(crate) fn start() -> Sends {
+    pub(crate) fn start(receipts: bool) -> Sends {
         let now = Instant::now();
         Sends {
             first: now,
             answered: now,
             resent: false,
+            receipts,
         }
     }
 }
@@ -135,14 +138,14 @@ impl Sends {
 /// holds keep their own). A re-arm is measured from the send that did it,
 /// and a resend answered "nothing changed" may only move the deadline
 /// earlier (the first send re-armed it, no earlier than it went out).
-/// Answers whether the owner still held what it released.
+/// Answers what became of the hold.
 pub(crate) fn apply_release(
     hold: &mut HoldState,
     status: i64,
     value: i64,
     sends: Sends,
     rearm: Option<Duration>,
-) -> bool {
+) -> Released {
     let left = u32::try_from(value).unwrap_or(0);
     match status {
         1 => hold.ended(),
@@ -159,11 +162,47 @@ pub(crate) fn apply_release(
             }
         }
         _ => {
+            // {0, 0}: no hold of the owner's at all. After a resend of a
+            // final release, without a receipt to look for, that may be
+            // the first send's doing as well as a loss.
+            let unconfirmed = value == 0 && hold.count == 1 && sends.resent && !sends.receipts;
             hold.forget();
-            return false;
+            return if unconfirmed {
+                Released::Unconfirmed
+            } else {
+                Released::NotHeld
+            };
         }
     }
-    true
+    Released::Yes
+}
+
+/// What a release's answer says became of the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Released as the owner believed it held it.
+    Yes,
+    /// The owner did not hold what it released (the hold was lost).
+    NotHeld,
+    /// Gone, and no telling whether an earlier send released it or it was
+    /// lost before ([`Error::Unconfirmed`]).
+    Unconfirmed,
+}
+
+impl Released {
+    /// The caller's answer: `Ok`, [`Error::NotHeld`] or
+    /// [`Error::Unconfirmed`] for lock `name`.
+    pub(crate) fn answer(self, name: &str) -> Result<()> {
+        match self {
+            Released::Yes => Ok(()),
+            Released::NotHeld => Err(Error::NotHeld {
+                name: name.to_string(),
+            }),
+            Released::Unconfirmed => Err(Error::Unconfirmed {
+                name: name.to_string(),
+            }),
+        }
+    }
 }
 
 /// Sends one release request of a counted kind: `expected` is the hold
@@ -187,6 +226,8 @@ pub(crate) struct Releaser<S> {
     pub(crate) lease: Duration,
     /// The kind's release request.
     pub(crate) send: SendRelease,
+    /// Final releases leave receipts (the client's setting).
+    pub(crate) receipts: bool,
 }
 
 impl<S> Clone for Releaser<S> {
@@ -198,6 +239,7 @@ impl<S> Clone for Releaser<S> {
             rearm: self.rearm,
             lease: self.lease,
             send: self.send.clone(),
+            receipts: self.receipts,
         }
     }
 }
@@ -234,7 +276,7 @@ impl<S: Send + 'static> Releaser<S> {
         if expected == 0 {
             return Err(self.not_held());
         }
-        let mut sends = Sends::start();
+        let mut sends = Sends::start(self.receipts);
         let mut attempt = 0;
         let (status, value) = loop {
             attempt += 1;
@@ -258,11 +300,7 @@ impl<S: Send + 'static> Releaser<S> {
                 }
             }
         };
-        if apply_release((self.hold)(&mut state), status, value, sends, self.rearm) {
-            Ok(())
-        } else {
-            Err(self.not_held())
-        }
+        apply_release((self.hold)(&mut state), status, value, sends, self.rearm).answer(&self.name)
     }
 
     /// Finishes a release whose reply was lost (see
@@ -298,14 +336,14 @@ impl<S: Send + 'static> Releaser<S> {
                     sends.answered = Instant::now();
                     match (this.send)(expected, token).await {
                         Ok((status, value)) => {
-                            let held = apply_release(
+                            let outcome = apply_release(
                                 (this.hold)(&mut state),
                                 status,
                                 value,
                                 sends,
                                 this.rearm,
                             );
-                            tracing::debug!(name = %this.name, held, "release settled in the background");
+                            tracing::debug!(name = %this.name, ?outcome, "release settled in the background");
                             return;
                         }
                         Err(e) if e.is_reply_lost() => {}

@@ -67,6 +67,15 @@ impl Labels {
     }
 }
 
+/// The outcome label of a failed release.
+fn release_outcome(e: &crate::Error) -> &'static str {
+    match e.kind() {
+        crate::ErrorKind::NotHeld => "not_held",
+        crate::ErrorKind::Unconfirmed => "unconfirmed",
+        _ => "error",
+    }
+}
+
 /// What an acquire's result says, for the records.
 pub(crate) trait Grant {
     /// The grant's fencing token, if it has one.
@@ -178,8 +187,7 @@ impl Hold {
             "outcome",
             match &result {
                 Ok(_) => "ok",
-                Err(e) if e.kind() == crate::ErrorKind::NotHeld => "not_held",
-                Err(_) => "error",
+                Err(e) => release_outcome(e),
             },
         );
         self.released(&result);
@@ -195,8 +203,7 @@ impl Hold {
     pub(crate) fn released<T>(mut self, result: &Result<T>) {
         let outcome = match result {
             Ok(_) => "ok",
-            Err(e) if e.kind() == crate::ErrorKind::NotHeld => "not_held",
-            Err(_) => "error",
+            Err(e) => release_outcome(e),
         };
         self.finish(outcome);
     }

@@ -208,7 +208,7 @@ pub(in crate::lock) async fn release_locked(
         shared: shared.clone(),
         state: Some(state),
         plain: ReleaseCall::new(shared, lease, expected, episode, None),
-        sends: Sends::start(),
+        sends: Sends::start(shared.client.receipts()),
         after: None,
         until,
     };
@@ -307,13 +307,7 @@ fn apply_release(
         shared.room.handoffs.freed(&shared.name);
     }
     let status = if status == 3 { 1 } else { status };
-    if apply_answer(state, status, value, sends, Some(call.lease)) {
-        Ok(())
-    } else {
-        Err(Error::NotHeld {
-            name: shared.name.to_string(),
-        })
-    }
+    apply_answer(state, status, value, sends, Some(call.lease)).answer(&shared.name)
 }
 
 /// Hands a release whose outcome is unknown to a background task (see
