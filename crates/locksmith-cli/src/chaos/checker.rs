@@ -7,10 +7,17 @@
 //! 2. **stale write**: per lock, the fenced store never accepts a token
 //!    lower than one it had accepted before the write was sent;
 //! 3. **overlap**: a grant inside another hold of the same lock is a
-//!    violation when the server confirmed that hold at its release, or when
-//!    the earlier holder's own view of its lease (`valid_until`, never later
-//!    than the server's expiry) had not ended at the grant, unless the lock
-//!    server lost its data in between (a restart or failover fault);
+//!    violation when the server confirmed that hold at its release (the
+//!    release answered `Ok`), or when the earlier holder's own view of its
+//!    lease (`valid_until`, never later than the server's expiry) had not
+//!    ended at the grant, unless the earlier hold was **wiped**: a restart
+//!    or failover was under way at some point between the earlier acquire's
+//!    send and the later grant, and the later token jumped past the earlier
+//!    one by more than the acquires that could have been granted in between
+//!    (the counter was lost with the hold and re-seeded from the server's
+//!    clock). A fault alone excuses nothing: an acquire sent before a
+//!    restart and granted by the restarted server holds on that server,
+//!    and a later grant inside it is an overlap;
 //! 4. **unsignalled loss**: a holder still holding when its own lease view
 //!    ends must hear its lost signal by then (within [`SIGNAL_SLACK`] for
 //!    timers and scheduling, or that long after the process was resumed if
@@ -141,8 +148,11 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut fault_began: HashMap<String, u64> = HashMap::new();
     // (process, stopped, resumed) of each pause fault.
     let mut pauses: Vec<(String, u64, u64)> = Vec::new();
-    // When the lock server lost its data (restart, failover).
-    let mut data_loss: Vec<u64> = Vec::new();
+    // (began, healed) of each fault that may lose the lock server's data
+    // (restart, failover); healed is u64::MAX while under way.
+    let mut data_loss: Vec<(u64, u64)> = Vec::new();
+    // When acquires of each lock were sent, in order.
+    let mut invokes: HashMap<String, Vec<u64>> = HashMap::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -157,6 +167,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             Event::AcquireInvoke { t, p, lock } => {
                 report.acquires += 1;
                 last_invoke.insert((p.clone(), lock.clone()), *t);
+                invokes.entry(lock.clone()).or_default().push(*t);
             }
             Event::AcquireFail { .. } => report.indeterminate_acquires += 1,
             Event::AcquireOk {
@@ -284,8 +295,8 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 if kind == "pause" {
                     pauses.push((target.clone(), *t, u64::MAX));
                 }
-                if kind == "restart" || kind == "failover" {
-                    data_loss.push(*t);
+                if loses_data(kind) {
+                    data_loss.push((*t, u64::MAX));
                 }
             }
             Event::FaultFailed { t, kind, error } => {
@@ -308,6 +319,11 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 started.entry(p.clone()).or_insert(*t);
             }
             Event::FaultHeal { t, kind, target } => {
+                if loses_data(kind) {
+                    if let Some(fault) = data_loss.iter_mut().rev().find(|f| f.1 == u64::MAX) {
+                        fault.1 = *t;
+                    }
+                }
                 if kind == "pause" {
                     if let Some(pause) = pauses
                         .iter_mut()
@@ -332,7 +348,12 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     }
     for (lock, list) in &per_lock {
         token_order(lock, list, &mut report.violations);
-        overlaps(lock, list, &data_loss, &mut report.violations);
+        let wipes = Wipes {
+            faults: &data_loss,
+            invokes: invokes.get(*lock).map_or(&[], Vec::as_slice),
+            processes: started.len() as u64,
+        };
+        overlaps(lock, list, &wipes, &mut report.violations);
     }
     for (lock, list) in &writes {
         stale_writes(lock, list, &mut report.violations);
@@ -440,9 +461,47 @@ fn stale_writes(lock: &str, writes: &[(u64, u64, u64, String)], out: &mut Vec<Vi
     }
 }
 
+/// Faults that may lose the lock server's data.
+fn loses_data(kind: &str) -> bool {
+    kind == "restart" || kind == "failover"
+}
+
+/// What tells a hold the lock server lost (rule 3) from one it kept.
+struct Wipes<'a> {
+    /// (began, healed) of each restart or failover.
+    faults: &'a [(u64, u64)],
+    /// When the lock's acquires were sent, in order.
+    invokes: &'a [u64],
+    /// Processes in the run: each may have had one acquire in flight
+    /// before the earlier hold's acquire was sent.
+    processes: u64,
+}
+
+impl Wipes<'_> {
+    /// True when `later`'s grant shows `earlier` was wiped: a data-losing
+    /// fault was under way between `earlier`'s send and `later`'s grant,
+    /// and the token jumped by more than the grants possible in between
+    /// (every acquire sent meanwhile, plus one in flight per process).
+    fn wiped(&self, earlier: &Hold, later: &Hold) -> bool {
+        let (from, to) = (earlier.invoked, later.granted);
+        let under_way = self
+            .faults
+            .iter()
+            .any(|&(began, healed)| began <= to && healed >= from);
+        if !under_way || later.token <= earlier.token {
+            return false;
+        }
+        let first = self.invokes.partition_point(|&t| t < from);
+        let last = self.invokes.partition_point(|&t| t <= to);
+        let possible = (last - first) as u64 + self.processes;
+        later.token - earlier.token > possible
+    }
+}
+
 /// Rule 3: a later grant inside a hold the server confirmed at release, or
-/// before the earlier holder's own lease view ended (no data loss between).
-fn overlaps(lock: &str, holds: &[&Hold], data_loss: &[u64], out: &mut Vec<Violation>) {
+/// before the earlier holder's own lease view ended, unless the earlier
+/// hold was wiped (see [`Wipes::wiped`]).
+fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violation>) {
     let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.granted);
     for (i, a) in sorted.iter().enumerate() {
@@ -452,9 +511,8 @@ fn overlaps(lock: &str, holds: &[&Hold], data_loss: &[u64], out: &mut Vec<Violat
             }
             let confirmed = a.release == Some(ReleaseOutcome::Ok);
             let view = a.valid_until_at(b.granted);
-            let lost_data = data_loss.iter().any(|&t| t > a.granted && t <= b.granted);
-            let within_view = b.granted < view && !lost_data;
-            if !confirmed && !within_view {
+            let within_view = b.granted < view;
+            if !confirmed && !within_view || wipes.wiped(a, b) {
                 continue;
             }
             out.push(Violation {
@@ -692,14 +750,121 @@ mod tests {
             *valid_until = 900 * MS;
         }
         assert!(rules(&early).contains(&"overlap"), "{:?}", rules(&early));
-        // ...unless the lock server lost its data in between.
+        // ...and a restart in between does not excuse it by itself (w2's
+        // token 11 follows w1's 10: the server kept the counter)...
         early.push(Event::FaultStart {
             t: 110 * MS,
             kind: s("restart"),
             target: s("lock server"),
             holder: false,
         });
-        assert!(!rules(&early).contains(&"overlap"), "{:?}", rules(&early));
+        assert!(rules(&early).contains(&"overlap"), "{:?}", rules(&early));
+        // ...but it does when w2's token shows the counter was re-seeded.
+        let mut wiped = early.clone();
+        reseed(&mut wiped, "w2", 10 + 5_000_000);
+        assert!(!rules(&wiped).contains(&"overlap"), "{:?}", rules(&wiped));
+    }
+
+    /// Gives every event of `p` the token `token`.
+    fn reseed(h: &mut [Event], p: &str, token: u64) {
+        for e in h.iter_mut() {
+            match e {
+                Event::AcquireOk { p: q, token: t, .. }
+                | Event::Write { p: q, token: t, .. }
+                | Event::ReleaseInvoke { p: q, token: t, .. }
+                | Event::ReleaseDone { p: q, token: t, .. }
+                    if q == p =>
+                {
+                    *t = token;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn fault(t: u64, kind: &str, heal: u64) -> Vec<Event> {
+        vec![
+            Event::FaultStart {
+                t,
+                kind: s(kind),
+                target: s("lock server"),
+                holder: false,
+            },
+            Event::FaultHeal {
+                t: heal,
+                kind: s(kind),
+                target: s("lock server"),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_hold_a_restart_wiped_excuses_both_overlap_branches() {
+        // w1's hold (granted 101 ms, confirmed Ok at release 151 ms) is
+        // wiped by a restart at 110-130 ms; w2 is granted at 141 ms with a
+        // token from the re-seeded counter.
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        h.extend(fault(110 * MS, "restart", 130 * MS));
+        h.extend(hold("w2", "x", 10 + 5_000_000, 140, ReleaseOutcome::Ok));
+        assert!(rules(&h).is_empty(), "confirmed branch: {:?}", rules(&h));
+        // The lease-view branch too: released without an answer.
+        let mut unconfirmed = h.clone();
+        for e in unconfirmed.iter_mut() {
+            if let Event::ReleaseDone { p, outcome, .. } = e {
+                if p == "w1" {
+                    *outcome = ReleaseOutcome::Error;
+                }
+            }
+        }
+        assert!(rules(&unconfirmed).is_empty(), "{:?}", rules(&unconfirmed));
+        // A failover counts as a restart does.
+        let mut failover = starts();
+        failover.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        failover.extend(fault(110 * MS, "failover", 130 * MS));
+        failover.extend(hold("w2", "x", 10 + 5_000_000, 140, ReleaseOutcome::Ok));
+        assert!(rules(&failover).is_empty(), "{:?}", rules(&failover));
+    }
+
+    #[test]
+    fn a_grant_recorded_just_after_the_restart_mark_is_still_wiped() {
+        // The nemesis marks the restart at 100.9 ms; w1's acquire, sent at
+        // 100 ms, is recorded granted at 101 ms (0.1 ms after the mark) by
+        // the old server, which the restart then wipes. The fault was under
+        // way between w1's send and w2's grant: excused.
+        let mut h = starts();
+        h.extend(fault(100 * MS + 900_000, "restart", 130 * MS));
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        h.extend(hold("w2", "x", 10 + 5_000_000, 140, ReleaseOutcome::Ok));
+        assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn a_grant_by_the_restarted_server_is_not_excused_by_the_restart() {
+        // w1's acquire is sent at 100 ms, before the restart (99.5-100.5
+        // ms), and granted by the restarted server (re-seeded token); w2's
+        // grant inside w1's confirmed hold follows w1's token by one: the
+        // restarted server granted the lock twice.
+        let mut h = starts();
+        h.extend(fault(99 * MS + 500_000, "restart", 100 * MS + 500_000));
+        h.extend(hold("w1", "x", 5_000_010, 100, ReleaseOutcome::Ok));
+        h.extend(hold("w2", "x", 5_000_011, 120, ReleaseOutcome::Ok));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn a_token_jump_without_a_data_losing_fault_excuses_nothing() {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        h.extend(fault(110 * MS, "pause", 130 * MS));
+        h.extend(hold("w2", "x", 10 + 5_000_000, 120, ReleaseOutcome::Ok));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+        // Nor does a restart that healed before w1's acquire was sent.
+        let mut before = starts();
+        before.extend(fault(50 * MS, "restart", 60 * MS));
+        before.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
+        before.extend(hold("w2", "x", 10 + 5_000_000, 120, ReleaseOutcome::Ok));
+        assert!(rules(&before).contains(&"overlap"), "{:?}", rules(&before));
     }
 
     #[test]
