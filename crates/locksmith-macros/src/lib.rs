@@ -32,7 +32,9 @@
 //! async block; `return` and `?` inside it behave as usual. The lock is
 //! released when the body finishes; if the release fails (notably
 //! `NotHeld`: the lease ran out while the body ran, so exclusion was not
-//! guaranteed) and the body succeeded, the release error is returned. If
+//! guaranteed; or `Unconfirmed`: the release's reply was lost and nothing
+//! tells whether the lease lasted) and the body succeeded, the release
+//! error is returned. If
 //! the fn's future is dropped mid-body, the guard's `Drop` releases.
 //!
 //! The expansion names `::locksmith`, so the calling crate depends on

@@ -453,20 +453,22 @@ fn pump(from: &mut TcpStream, to: &mut TcpStream, ctl: &Control) -> End {
             Err(e) if is_tick(&e) => continue,
             Err(_) => return End::Close,
         };
-        if ctl.replies && ctl.shared.cuts_reply(ctl.index) {
-            return End::Cut;
+        if ctl.replies {
+            if ctl.shared.cuts_reply(ctl.index) {
+                return End::Cut;
+            }
+        } else {
+            // Armed before the request goes on, so its own reply cannot
+            // slip through first. (A reply to an earlier request still in
+            // flight would be cut instead: callers cut on a quiet
+            // connection, with their scripts already loaded.)
+            ctl.shared.saw_request(ctl.index, &buf[..n]);
         }
         if let Some(end) = ctl.hold() {
             return end;
         }
         if let Some(end) = write_all(to, &buf[..n], ctl) {
             return end;
-        }
-        if !ctl.replies {
-            // Armed only once the request is on its way to the server: a
-            // reply to an earlier request arriving meanwhile must not cut
-            // the connection before the doomed request went out.
-            ctl.shared.saw_request(ctl.index, &buf[..n]);
         }
     }
 }

@@ -617,10 +617,14 @@ impl Client {
             .max(1) as u64
     }
 
-    /// Whether final releases leave receipts (see
-    /// [`ClientBuilder::release_receipts`]).
-    pub(crate) fn receipts(&self) -> bool {
-        self.config().release_receipts
+    /// How this client's releases read "gone after a resend" (see
+    /// `engine::hold`).
+    pub(crate) fn release_rules(&self) -> crate::engine::hold::ReleaseRules {
+        crate::engine::hold::ReleaseRules {
+            receipts: self.config().release_receipts,
+            hidden_resends: self.conn().resends_unseen(),
+            expiry_slack: self.config().command_timeout,
+        }
     }
 
     /// The notify hub (pub/sub waiters) of this client.

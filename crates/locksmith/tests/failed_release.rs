@@ -151,7 +151,10 @@ async fn a_resent_release_of_a_lease_lost_before_it_was_sent_reports_not_held() 
         .lock()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Past the lease view and one command timeout (300 ms) more: the
+    // latest the server's expiry can be. The release knows the hold was
+    // lost before it went out, whatever its resend finds.
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(guard.is_lost());
 
     // The first send is held past the command timeout (its reply is lost

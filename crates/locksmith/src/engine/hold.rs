@@ -12,14 +12,21 @@
 //!   first send landed, or the undo of a grant that never landed;
 //! - `0`: not held by this owner (`value`: the count the server has).
 //!
-//! **Receipts.** A final release leaves a receipt
-//! (`{NAME}:locksmith_released:<field>` = the hold's fencing token, for
-//! [`receipt_ttl`]). A resend that finds the hold gone answers `1` only
-//! when the receipt of this very hold is there, so "gone after a resend" is
-//! read as released only when this release did it; a hold wiped by a
-//! restart or a failover, or one that expired, answers `0` ([`NotHeld`]).
+//! **Gone after a resend.** A release resent after a lost reply (by this
+//! core, or unseen by redis-rs on a cluster) that finds no hold of the
+//! owner cannot tell by itself whether its first send released the hold or
+//! the hold was already gone (expired, force-unlocked, wiped by a restart
+//! or a failover). It answers [`Unconfirmed`], except when the answer is
+//! exact anyway: the lease had run out on the server before the first send
+//! went out ([`NotHeld`]), or, with release receipts on
+//! (`ClientBuilder::release_receipts`), a final release, which leaves a
+//! receipt (`{NAME}:locksmith_released:<field>` = the hold's episode, for
+//! [`receipt_ttl`]): a resend that finds the hold gone answers `1` only
+//! when the receipt of this very hold is there, otherwise `0`
+//! ([`NotHeld`]).
 //!
 //! [`NotHeld`]: crate::Error::NotHeld
+//! [`Unconfirmed`]: crate::Error::Unconfirmed
 
 use std::future::Future;
 use std::pin::Pin;
@@ -115,19 +122,34 @@ pub(crate) struct Sends {
     pub(crate) answered: Instant,
     /// An earlier send of the same release may have landed.
     pub(crate) resent: bool,
-    /// Final releases leave receipts, so a resend's "gone" is exact.
+    /// How the client's releases are sent.
+    pub(crate) rules: ReleaseRules,
+}
+
+/// What a client's releases make of "gone after a resend" (see the module
+/// docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseRules {
+    /// Final releases leave receipts, so their resend's "gone" is exact.
     pub(crate) receipts: bool,
+    /// redis-rs may resend a call unseen (a cluster connection): every
+    /// answer may be a resend's.
+    pub(crate) hidden_resends: bool,
+    /// The longest the server's expiry of a hold may come after the
+    /// owner's local deadline: a grant or renewal is answered within the
+    /// command timeout of its send, from which the deadline is measured.
+    pub(crate) expiry_slack: Duration,
 }
 
 impl Sends {
     /// A release about to be sent for the first time.
-    pub(crate) fn start(receipts: bool) -> Sends {
+    pub(crate) fn start(rules: ReleaseRules) -> Sends {
         let now = Instant::now();
         Sends {
             first: now,
             answered: now,
-            resent: false,
-            receipts,
+            resent: rules.hidden_resends,
+            rules,
         }
     }
 }
@@ -162,10 +184,15 @@ pub(crate) fn apply_release(
             }
         }
         _ => {
-            // {0, 0}: no hold of the owner's at all. After a resend of a
-            // final release, without a receipt to look for, that may be
-            // the first send's doing as well as a loss.
-            let unconfirmed = value == 0 && hold.count == 1 && sends.resent && !sends.receipts;
+            // {0, 0}: no hold of the owner's at all. After a resend, that
+            // may be the first send's doing as well as a loss, unless the
+            // lease had run out on the server before the first send went
+            // out, or a final release's receipt was looked for.
+            let lost_before = hold.registration.as_ref().is_some_and(|reg| {
+                reg.state().deadline() + sends.rules.expiry_slack <= sends.first
+            });
+            let exact = !sends.resent || lost_before || (sends.rules.receipts && hold.count == 1);
+            let unconfirmed = value == 0 && !exact;
             hold.forget();
             return if unconfirmed {
                 Released::Unconfirmed
@@ -226,8 +253,8 @@ pub(crate) struct Releaser<S> {
     pub(crate) lease: Duration,
     /// The kind's release request.
     pub(crate) send: SendRelease,
-    /// Final releases leave receipts (the client's setting).
-    pub(crate) receipts: bool,
+    /// How the client's releases are read.
+    pub(crate) rules: ReleaseRules,
 }
 
 impl<S> Clone for Releaser<S> {
@@ -239,7 +266,7 @@ impl<S> Clone for Releaser<S> {
             rearm: self.rearm,
             lease: self.lease,
             send: self.send.clone(),
-            receipts: self.receipts,
+            rules: self.rules,
         }
     }
 }
@@ -276,7 +303,7 @@ impl<S: Send + 'static> Releaser<S> {
         if expected == 0 {
             return Err(self.not_held());
         }
-        let mut sends = Sends::start(self.receipts);
+        let mut sends = Sends::start(self.rules);
         let mut attempt = 0;
         let (status, value) = loop {
             attempt += 1;

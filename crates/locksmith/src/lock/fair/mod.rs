@@ -422,7 +422,7 @@ impl FairLock {
                 let this = this.clone();
                 Box::pin(async move { this.release_call(expected, token).await })
             }),
-            receipts: self.shared.client.receipts(),
+            rules: self.shared.client.release_rules(),
         }
     }
 

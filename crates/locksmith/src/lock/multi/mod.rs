@@ -690,7 +690,8 @@ impl MultiGuard {
     ///
     /// # Errors
     /// The first member's error ([`Error::NotHeld`] for a member whose
-    /// lease was lost, connection errors).
+    /// lease was lost, [`Error::Unconfirmed`] for one whose release reply
+    /// was lost and whose resend found it gone, connection errors).
     ///
     /// # Cancel safety
     /// Cancel safe: members not released yet are released in the

@@ -139,7 +139,11 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the lock had already been lost (expired or
     /// force-unlocked): whatever it protected may have been touched by
-    /// another holder since. Connection errors and timeouts when Redis
+    /// another holder since. [`Error::Unconfirmed`] when the release's
+    /// reply was lost and its resend found the hold gone without a way to
+    /// tell whether the first send released it or it had been lost before
+    /// (see [`ClientBuilder::release_receipts`](crate::ClientBuilder::release_receipts)
+    /// for an exact answer); the lock is not held either way. Connection errors and timeouts when Redis
     /// cannot be reached even after resending: the hold is then given up
     /// locally (the watchdog stops renewing it, so the lease runs out on
     /// its own), and the release keeps being resent in the background until

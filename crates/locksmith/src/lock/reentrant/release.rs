@@ -208,7 +208,7 @@ pub(in crate::lock) async fn release_locked(
         shared: shared.clone(),
         state: Some(state),
         plain: ReleaseCall::new(shared, lease, expected, episode, None),
-        sends: Sends::start(shared.client.receipts()),
+        sends: Sends::start(shared.client.release_rules()),
         after: None,
         until,
     };

@@ -497,7 +497,7 @@ impl ReadWriteLock {
                 let this = this.clone();
                 Box::pin(async move { this.run_release(side.code(), expected, token).await })
             }),
-            receipts: self.shared.client.receipts(),
+            rules: self.shared.client.release_rules(),
         }
     }
 
