@@ -218,6 +218,11 @@ impl FaultProxy {
         });
     }
 
+    /// Withdraws a [`FaultProxy::cut_reply_after`] that has not cut yet.
+    pub fn disarm_cut(&self) {
+        *self.shared.cut.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Replies cut by [`FaultProxy::cut_reply_after`] so far.
     pub fn cuts(&self) -> u64 {
         self.shared.cuts.load(Ordering::SeqCst)

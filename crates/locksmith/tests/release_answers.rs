@@ -17,6 +17,8 @@
 //!   owner calls again at once; a withdrawn claim wakes the readers it held
 //!   back; an atomic MultiLock that was woken and failed passes the wake-up
 //!   on to a plain waiter behind it.
+//! - An acquire dropped after its first send's reply was cut, anywhere in
+//!   its reconnect and resend, leaves nothing held (its grant is undone).
 
 mod common;
 
@@ -68,6 +70,16 @@ enum Kind {
 const KINDS: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Write, Kind::Read];
 
 async fn take(client: &Client, kind: Kind, name: &str, lease: Duration) -> LockGuard {
+    acquire(client, kind, name, lease).await.unwrap()
+}
+
+/// One acquire of `kind` (waiting as long as it takes).
+async fn acquire(
+    client: &Client,
+    kind: Kind,
+    name: &str,
+    lease: Duration,
+) -> locksmith::Result<LockGuard> {
     match kind {
         Kind::Lock => {
             client
@@ -91,7 +103,6 @@ async fn take(client: &Client, kind: Kind, name: &str, lease: Duration) -> LockG
             lock.unwrap().read().await
         }
     }
-    .unwrap()
 }
 
 /// Another owner's attempt at the same kind of hold (a writer for a
@@ -393,4 +404,80 @@ async fn an_atomic_multilock_that_fails_after_a_wake_up_passes_it_on() {
         .release()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_while_its_resend_is_under_way_leaves_nothing_held() {
+    // The acquire's first send lands (a grant on the server) and its reply
+    // is cut; the client reconnects and resends. The caller gives up at
+    // some point of that (the scheduler turns below), possibly while the resend
+    // still waits in the batcher: the grant must be undone then, not left
+    // on the server for its 30 s lease with nobody holding it.
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let client = proxied(&proxy, Duration::from_secs(30)).await;
+    let other = common::client(&server, Duration::from_secs(30)).await;
+    let lease = Duration::from_secs(30);
+    let mut dropped_after_cut = 0;
+    for kind in KINDS {
+        for spins in [0u32, 1, 2, 4, 8, 16, 32, 64] {
+            let name = format!("dropped-resend-{kind:?}-{spins}");
+            // Loads the scripts: the cut must hit the acquire's own answer.
+            take(&client, kind, &name, lease)
+                .await
+                .release()
+                .await
+                .unwrap();
+            let cuts = proxy.cuts();
+            proxy.cut_reply_after(b"EVALSHA");
+            // Drops the acquire `spins` scheduler turns after its reply
+            // was cut: somewhere in its reconnect and resend.
+            let mut attempt = Box::pin(acquire(&client, kind, &name, lease));
+            let mut left = None;
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    result = &mut attempt => break Some(result),
+                    () = tokio::task::yield_now() => {
+                        if proxy.cuts() > cuts {
+                            let left = left.get_or_insert(spins);
+                            if *left == 0 {
+                                break None;
+                            }
+                            *left -= 1;
+                        }
+                    }
+                }
+            };
+            proxy.disarm_cut();
+            match outcome {
+                // The resend answered first: a plain hold, released.
+                Some(Ok(guard)) => {
+                    guard.release().await.unwrap();
+                    continue;
+                }
+                Some(Err(e)) => panic!("{kind:?}: the acquire failed: {e}"),
+                None => dropped_after_cut += 1,
+            }
+            drop(attempt);
+            let started = Instant::now();
+            let theirs = loop {
+                if let Some(guard) = try_other(&other, kind, &name).await {
+                    break Some(guard);
+                }
+                if started.elapsed() > Duration::from_secs(5) {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let Some(theirs) = theirs else {
+                panic!("{kind:?}, dropped {spins} turns after the cut: the lock is still held 5 s later (lease 30 s): the dropped acquire's grant was not undone");
+            };
+            theirs.release().await.unwrap();
+        }
+    }
+    assert!(
+        dropped_after_cut > 0,
+        "no acquire was dropped after its reply was cut: the test proved nothing"
+    );
 }
