@@ -622,7 +622,6 @@ impl Client {
     pub(crate) fn release_rules(&self) -> crate::engine::hold::ReleaseRules {
         crate::engine::hold::ReleaseRules {
             receipts: self.config().release_receipts,
-            hidden_resends: self.conn().resends_unseen(),
             expiry_slack: self.config().command_timeout,
         }
     }

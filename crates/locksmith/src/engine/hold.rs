@@ -12,8 +12,8 @@
 //!   first send landed, or the undo of a grant that never landed;
 //! - `0`: not held by this owner (`value`: the count the server has).
 //!
-//! **Gone after a resend.** A release resent after a lost reply (by this
-//! core, or unseen by redis-rs on a cluster) that finds no hold of the
+//! **Gone after a resend.** A release resent by this core after a lost
+//! reply that finds no hold of the
 //! owner cannot tell by itself whether its first send released the hold or
 //! the hold was already gone (expired, force-unlocked, wiped by a restart
 //! or a failover). It answers [`Unconfirmed`], except when the answer is
@@ -24,6 +24,11 @@
 //! [`receipt_ttl`]): a resend that finds the hold gone answers `1` only
 //! when the receipt of this very hold is there, otherwise `0`
 //! ([`NotHeld`]).
+//!
+//! Known gap: on a cluster, redis-rs's own retries may repeat a release
+//! unseen after a dropped connection; a repeat that finds the hold gone
+//! is read as `NotHeld`, though the unseen first send may have released it
+//! (receipts close it for final releases).
 //!
 //! [`NotHeld`]: crate::Error::NotHeld
 //! [`Unconfirmed`]: crate::Error::Unconfirmed
@@ -132,9 +137,6 @@ pub(crate) struct Sends {
 pub(crate) struct ReleaseRules {
     /// Final releases leave receipts, so their resend's "gone" is exact.
     pub(crate) receipts: bool,
-    /// redis-rs may resend a call unseen (a cluster connection): every
-    /// answer may be a resend's.
-    pub(crate) hidden_resends: bool,
     /// The longest the server's expiry of a hold may come after the
     /// owner's local deadline: a grant or renewal is answered within the
     /// command timeout of its send, from which the deadline is measured.
@@ -148,7 +150,7 @@ impl Sends {
         Sends {
             first: now,
             answered: now,
-            resent: rules.hidden_resends,
+            resent: false,
             rules,
         }
     }

@@ -244,13 +244,6 @@ impl Conn {
         }
     }
 
-    /// True when redis-rs may resend a call after a lost reply without the
-    /// caller seeing it: a cluster connection that is not
-    /// [`Conn::at_most_once`].
-    pub(crate) fn resends_unseen(&self) -> bool {
-        matches!(self, Conn::Cluster(c) if !c.at_most_once)
-    }
-
     /// True for a Redis Cluster: script calls and renewals must be grouped
     /// by slot.
     pub(crate) fn is_cluster(&self) -> bool {
