@@ -69,12 +69,6 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
 
-    // A MultiLock wait gives back the members it took when told to stop,
-    // and is awaited: dropped, its releases would be background tasks the
-    // exiting runtime may never run.
-    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
-    let stoppable =
-        matches!(object(&args), Object::Multi(_)) || matches!(target, Target::Redlock(_));
     let (what, acquire) = match (object(&args), &target) {
         (Object::Lock(LockKind::Plain, name), Target::Redlock(nodes)) => (
             format!(
@@ -82,7 +76,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
                 nodes.quorum(),
                 nodes.len()
             ),
-            acquire_redlock(nodes, name, fixed, args.wait, stop.clone()),
+            acquire_redlock(nodes, name, fixed, args.wait),
         ),
         (_, Target::Redlock(_)) => {
             return Err(CliError::Usage("--redlock takes one --lock".into()));
@@ -97,7 +91,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         ),
         (Object::Multi(names), Target::Client(client)) => (
             format!("locks {}", names.join(", ")),
-            acquire_multi(client, names, fixed, args.wait, stop.clone()),
+            acquire_multi(client, names, fixed, args.wait),
         ),
     };
     let mut acquire = acquire;
@@ -109,12 +103,12 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
     let held = match signalled {
         Err(acquired) => acquired?,
         Ok(signal) => {
-            if stoppable {
-                stop.notify_one();
-                if let Ok(Some(held)) = acquire.await {
-                    let _ = held.release().await;
-                }
-            }
+            // Dropping the wait cancels it; a grant that was on its way
+            // (for a MultiLock or Redlock, the members or nodes taken so
+            // far) is undone in the background, and closing waits for
+            // that before the process exits.
+            drop(acquire);
+            target.close().await;
             return Ok(128 + signal as u8);
         }
     };
@@ -129,6 +123,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
             Object::Multi(_) => "are not all free (none was kept)",
         };
         eprintln!("locksmith: {what} {busy}; {gave_up}");
+        target.close().await;
         return Ok(args.conflict_exit_code);
     };
 
@@ -140,6 +135,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         Ok(child) => child,
         Err(source) => {
             let _ = held.release().await;
+            target.close().await;
             return Err(CliError::Spawn {
                 command: args.command[0].clone(),
                 source,
@@ -158,7 +154,9 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         .map_err(|e| CliError::Other(format!("waiting for the command failed: {e}")))?;
     let code = exit::from_status(status);
 
-    match held.release().await {
+    let released = held.release().await;
+    target.close().await;
+    match released {
         _ if lost => Ok(exit::SOFTWARE),
         Ok(()) => Ok(code),
         Err(e) if e.kind() == ErrorKind::NotHeld => {
@@ -251,6 +249,23 @@ enum Target {
     Client(Client),
     /// Independent primaries (--redlock).
     Redlock(RedlockNodes),
+}
+
+impl Target {
+    /// Closes the client (or the Redlock nodes' clients) before exiting,
+    /// waiting for what they do in the background: the undo of a wait
+    /// cut short by a signal, a release whose reply was lost. A bound that
+    /// runs out is reported and otherwise ignored (what was left expires
+    /// with its lease).
+    async fn close(&self) {
+        let closed = match self {
+            Target::Client(client) => client.close().await,
+            Target::Redlock(nodes) => nodes.close().await,
+        };
+        if let Err(e) = closed {
+            eprintln!("locksmith: warning: background clean-up unfinished at exit ({e})");
+        }
+    }
 }
 
 /// What `run` holds while the command runs.
@@ -370,44 +385,44 @@ fn acquire_lock<'a>(
     })
 }
 
-/// Waits for Redlock `name` over `nodes` as `wait` says, or until `stop`
-/// is notified (a grant then is released first).
+/// Waits for Redlock `name` over `nodes` as `wait` says.
 fn acquire_redlock<'a>(
     nodes: &'a RedlockNodes,
     name: &'a str,
     fixed: Option<Duration>,
     wait: Option<Duration>,
-    stop: std::sync::Arc<tokio::sync::Notify>,
 ) -> Acquire<'a> {
     Box::pin(async move {
         let mut lock = nodes.lock(name)?;
         if let Some(lease) = fixed {
             lock = lock.with_lease(lease)?;
         }
-        let guard = lock
-            .acquire_unless(wait, async move { stop.notified().await })
-            .await?;
+        let guard = match wait {
+            None => lock.lock().await.map(Some),
+            Some(wait) if wait.is_zero() => lock.try_lock().await,
+            Some(wait) => lock.try_lock_for(wait).await,
+        }?;
         Ok(guard.map(Held::Redlock))
     })
 }
 
-/// Waits for every lock of `names` (a MultiLock) as `wait` says, or until
-/// `stop` is notified (then the members taken are released first).
+/// Waits for every lock of `names` (a MultiLock) as `wait` says.
 fn acquire_multi<'a>(
     client: &'a Client,
     names: &'a [String],
     fixed: Option<Duration>,
     wait: Option<Duration>,
-    stop: std::sync::Arc<tokio::sync::Notify>,
 ) -> Acquire<'a> {
     Box::pin(async move {
         let mut multi = client.multi_lock(names.iter().cloned())?;
         if let Some(lease) = fixed {
             multi = multi.with_lease(lease)?;
         }
-        let guard = multi
-            .acquire_unless(wait, async move { stop.notified().await })
-            .await?;
+        let guard = match wait {
+            None => multi.lock().await.map(Some),
+            Some(wait) if wait.is_zero() => multi.try_lock().await,
+            Some(wait) => multi.try_lock_for(wait).await,
+        }?;
         Ok(guard.map(Held::Multi))
     })
 }

@@ -230,3 +230,32 @@ fn redis_url_falls_back_to_redis_url_env() {
     let out = finish(cmd.spawn().unwrap(), Instant::now());
     assert_eq!(out.code, Some(0), "{out:?}");
 }
+
+#[test]
+fn a_signal_during_a_fair_wait_leaves_no_queue_entry_behind() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = locksmith(&server);
+    holder.args(["run", "--fair-lock", "fq", "--", "sleep", "20"]);
+    let mut holder = holder.spawn().expect("spawn holder");
+    wait_until(|| is_locked(&server, "fq"), "the fair lock to be taken");
+    let queue_len = || {
+        let mut conn = server.connection().unwrap();
+        redis::cmd("LLEN")
+            .arg("redisson_lock_queue:{fq}")
+            .query::<i64>(&mut conn)
+            .unwrap()
+    };
+    let mut waiter = locksmith(&server);
+    waiter.args(["run", "--fair-lock", "fq", "--wait", "60s", "--", "true"]);
+    let started = Instant::now();
+    let waiter = waiter.spawn().expect("spawn waiter");
+    wait_until(|| queue_len() == 1, "the waiter to queue");
+    signal(&waiter, Signal::SIGTERM);
+    let out = finish(waiter, started);
+    assert_eq!(out.code, Some(128 + 15), "{out:?}");
+    // The queue entry was withdrawn before the process exited (its
+    // give-up time is a minute away).
+    assert_eq!(queue_len(), 0, "the waiter's queue entry outlived it");
+    signal(&holder, Signal::SIGTERM);
+    let _ = wait_bounded(&mut holder, LIMIT);
+}

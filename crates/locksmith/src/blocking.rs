@@ -118,6 +118,19 @@ impl Client {
         self.runtime.block_on(future)
     }
 
+    /// Closes the client and waits for its background work (see
+    /// [`crate::Client::close`]): new acquires fail with
+    /// [`Error::Closed`], holds still held report lost, and the releases
+    /// of dropped guards and the undo of interrupted acquires are done
+    /// before this returns.
+    ///
+    /// # Errors
+    /// As [`crate::Client::close`]; [`Error::InvalidArgument`] when called
+    /// from inside an async runtime.
+    pub fn close(&self) -> Result<()> {
+        self.block_on(self.inner.close())
+    }
+
     /// A reentrant lock handle (see [`crate::Client::lock`]).
     ///
     /// # Errors

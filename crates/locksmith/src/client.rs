@@ -22,6 +22,7 @@ use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
 use crate::engine::scripts::{Invocation, Lua};
 use crate::engine::subscriber::Source;
+use crate::engine::task::Tasks;
 use crate::engine::topology::{
     self, check_deployment, explain_connect, replica_acks, server_identity, server_major_version,
     Address, Conn,
@@ -409,6 +410,7 @@ impl ClientBuilder {
                     },
                 ),
                 renewer: Renewer::new(conn.clone(), acks),
+                tasks: Tasks::default(),
                 acks,
                 rooms: Mutex::new(HashMap::new()),
                 batchers: Mutex::new(HashMap::new()),
@@ -474,6 +476,10 @@ struct Inner {
     hub: NotifyHub,
     /// The watchdog renewing this client's leases.
     renewer: Renewer,
+    /// The background work of the client's primitives (clean-ups of
+    /// dropped guards and cancelled calls, settling releases), which
+    /// [`Client::close`] waits for.
+    tasks: Tasks,
     /// Each primitive's client-wide state (registries such as the lock's
     /// local hand-offs), by type, made on first use; see [`Client::room`].
     rooms: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
@@ -638,10 +644,118 @@ impl Client {
         &self.inner.renewer
     }
 
+    /// The first, immediate part of [`Client::close_within`]: refuses new
+    /// work, stops the watchdog and the pub/sub connection (waking every
+    /// waiter). Idempotent.
+    pub(crate) fn shut(&self) {
+        if self.inner.tasks.is_closed() {
+            return;
+        }
+        self.inner.tasks.close();
+        self.inner.renewer.close();
+        self.inner.hub.close();
+        tracing::debug!(client = %self.inner.id, "client closed");
+    }
+
+    /// The client's background work (see [`Tasks`]).
+    pub(crate) fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+
+    /// Lets a new acquire or wait through: [`Error::Closed`] once
+    /// [`Client::close`] was called; otherwise restarts background tasks
+    /// whose runtime has ended (see `task.rs`). Called by every acquire
+    /// attempt; a few atomic checks when all is well.
+    pub(crate) fn admit(&self) -> Result<()> {
+        if self.inner.tasks.is_closed() {
+            return Err(Error::Closed {
+                addr: self.inner.addr.clone(),
+            });
+        }
+        self.ensure_background();
+        Ok(())
+    }
+
     /// Restarts background tasks whose runtime has ended (see `task.rs`).
-    /// Called by every lock operation; two atomic checks when all is well.
+    /// Called by releases (which [`Client::admit`] does not gate).
     pub(crate) fn ensure_background(&self) {
         self.inner.renewer.ensure_running();
+    }
+
+    /// True once [`Client::close`] was called (on this handle or any
+    /// clone of it).
+    pub fn is_closed(&self) -> bool {
+        self.inner.tasks.is_closed()
+    }
+
+    /// Shuts the client down, every clone of it, as [`Client::close_within`]
+    /// with a bound of one reconnect and two command timeouts
+    /// (`connect_timeout + 2 × command_timeout`, 7 s by default).
+    ///
+    /// # Errors
+    /// As [`Client::close_within`].
+    pub async fn close(&self) -> Result<()> {
+        let config = self.config();
+        self.close_within(config.connect_timeout + config.command_timeout * 2)
+            .await
+    }
+
+    /// Shuts the client down, every clone of it, and waits up to `within`
+    /// for its background work to finish. Call it before a program exits
+    /// (or drops its runtime) so nothing the client started in the
+    /// background is cut off:
+    ///
+    /// 1. New acquires, tries and waits of every primitive of this client
+    ///    fail with [`Error::Closed`]; waiters already waiting wake at
+    ///    once and fail the same way (their queue entries and claims are
+    ///    withdrawn as for any abandoned wait).
+    /// 2. The watchdog stops: every hold still held is no longer renewed
+    ///    and reports lost at once (`is_lost()`, its lost signal fires),
+    ///    although on the server it lasts until its lease runs out.
+    ///    Release what you hold *before* closing to free it at once.
+    /// 3. The pub/sub connection is closed.
+    /// 4. It waits for the work started in the background: the undo of
+    ///    acquires that were cancelled after their request went out, the
+    ///    releases of guards and permits that were dropped, and releases
+    ///    whose reply was lost and are being resent. Work that these start
+    ///    is waited for too.
+    ///
+    /// Releases (explicit or by dropping a guard) keep working after
+    /// `close`, as do commands of your own on [`Client::connection`]; the
+    /// connection itself closes when the last clone of the client is
+    /// dropped. Closing twice is harmless: the second call waits again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+    /// let guard = client.lock("report")?.lock().await?;
+    /// // ... work ...
+    /// guard.release().await?;
+    /// client.close().await?; // nothing left running in the background
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] with `within` when background work was still
+    /// running when the bound ran out (it goes on for as long as the
+    /// runtime runs; what it would have released then runs out with its
+    /// lease). A warning is logged with the number of tasks left.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the client is closed from the first poll on; dropping
+    /// the future only stops the waiting.
+    pub async fn close_within(&self, within: Duration) -> Result<()> {
+        // Refuse new work first, then stop what runs for the client's
+        // lifetime, then wait for the clean-ups.
+        self.shut();
+        if self.inner.tasks.wait(within).await {
+            return Ok(());
+        }
+        tracing::warn!(
+            client = %self.inner.id,
+            tasks = self.inner.tasks.len(),
+            "background work still running when the client's close bound ran out"
+        );
+        Err(Error::Timeout(within))
     }
 
     /// The client-wide state of one primitive kind (its room): made by
@@ -665,7 +779,12 @@ impl Client {
     /// A batcher of `script` on this client's connection, waiting for the
     /// client's replica acknowledgements.
     pub(crate) fn batcher(&self, script: &'static std::sync::LazyLock<Lua>) -> Batcher {
-        Batcher::new(script, self.inner.conn.clone(), self.inner.acks)
+        Batcher::new(
+            script,
+            self.inner.conn.clone(),
+            self.inner.acks,
+            self.inner.tasks.clone(),
+        )
     }
 
     /// This client's one batcher of `script`, made on first use and shared

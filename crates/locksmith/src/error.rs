@@ -142,6 +142,15 @@ pub enum Error {
     #[error("internal failure: {0}")]
     Internal(String),
 
+    /// The client was closed ([`Client::close`](crate::Client::close)):
+    /// it takes no new acquires and ends the waits that were under way.
+    /// Nothing was acquired by the failed call.
+    #[error("the client for {addr} is closed; it takes no new acquires")]
+    Closed {
+        /// The deployment the client was for.
+        addr: String,
+    },
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -180,6 +189,8 @@ pub enum ErrorKind {
     Protocol,
     /// A failure inside the library (see [`Error::Internal`]).
     Internal,
+    /// The client was closed (see [`Error::Closed`]).
+    Closed,
 }
 
 /// Shorthand for `Result<T, locksmith::Error>`.
@@ -201,6 +212,7 @@ impl Error {
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::Closed { .. } => ErrorKind::Closed,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()

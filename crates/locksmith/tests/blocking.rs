@@ -133,3 +133,21 @@ async fn inside_an_async_runtime_it_is_refused_not_deadlocked() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("async"), "{err}");
 }
+
+#[test]
+fn close_refuses_new_acquires_and_reports_held_locks_lost() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let guard = client.lock("b:close").unwrap().lock().unwrap();
+    client.close().unwrap();
+    assert!(guard.is_lost(), "a lock held at close reports lost");
+    let err = client.lock("b:other").unwrap().try_lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    guard.release().unwrap();
+    let mut conn = server.connection().unwrap();
+    let held: bool = redis::cmd("EXISTS")
+        .arg("b:close")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!held, "a release after close still frees the lock");
+}

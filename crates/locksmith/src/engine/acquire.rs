@@ -27,7 +27,7 @@ use crate::engine::batch::{self, Batcher, Call, Tracked};
 use crate::engine::hold::HoldState;
 use crate::engine::lease::LeaseState;
 use crate::engine::renewal::Hold;
-use crate::engine::task::detach;
+use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
 /// Undoes a grant that may have landed, given the owner's state.
@@ -42,6 +42,8 @@ pub(crate) struct Armed<S: Send + 'static> {
     undo: Option<Undo<S>>,
     /// Settles once the latest send can no longer reach Redis.
     after: Option<Tracked>,
+    /// Where the undo runs (the client's background work).
+    tasks: Tasks,
 }
 
 impl<S: Send + 'static> Armed<S> {
@@ -67,7 +69,7 @@ impl<S: Send + 'static> Drop for Armed<S> {
             return;
         };
         let after = self.after.take();
-        detach(
+        self.tasks.detach(
             "undoing a grant nobody took",
             "the hold stays until its lease runs out",
             async move {
@@ -119,6 +121,7 @@ pub(crate) async fn send<S: Send + 'static>(
         state: Some(state),
         undo: Some(undo),
         after: None,
+        tasks: batcher.tasks().clone(),
     };
     let first_sent = Instant::now();
     let mut sends = 0;
@@ -251,11 +254,14 @@ pub(crate) struct WaitEntry<S: Send + 'static> {
     armed: Option<Entry<S>>,
     /// What is withdrawn, for a warning outside a runtime.
     what: &'static str,
+    /// Where a background withdrawal runs; `None` with nothing armed.
+    tasks: Option<Tasks>,
 }
 
 impl<S: Send + 'static> WaitEntry<S> {
     /// A wait that puts an entry on the server (counted in `waits`).
     pub(crate) fn start(
+        tasks: &Tasks,
         state: &Arc<Mutex<S>>,
         waits: &Arc<AtomicU64>,
         what: &'static str,
@@ -265,6 +271,7 @@ impl<S: Send + 'static> WaitEntry<S> {
         WaitEntry {
             armed: Some((state.clone(), waits.clone(), epoch, withdraw)),
             what,
+            tasks: Some(tasks.clone()),
         }
     }
 
@@ -273,6 +280,7 @@ impl<S: Send + 'static> WaitEntry<S> {
         WaitEntry {
             armed: None,
             what: "",
+            tasks: None,
         }
     }
 
@@ -290,8 +298,10 @@ impl<S: Send + 'static> WaitEntry<S> {
 
 impl<S: Send + 'static> Drop for WaitEntry<S> {
     fn drop(&mut self) {
-        if let Some((state, waits, epoch, withdraw)) = self.armed.take() {
-            detach(self.what, "it lapses with its give-up time", async move {
+        if let (Some((state, waits, epoch, withdraw)), Some(tasks)) =
+            (self.armed.take(), self.tasks.take())
+        {
+            tasks.detach(self.what, "it lapses with its give-up time", async move {
                 let state = state.lock_owned().await;
                 if waits.load(Ordering::SeqCst) == epoch {
                     withdraw().await;

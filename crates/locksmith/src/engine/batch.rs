@@ -53,6 +53,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::conn::Acks;
 use crate::engine::scripts::Lua;
+use crate::engine::task::Tasks;
 use crate::engine::topology::Conn;
 
 /// Calls one batcher keeps outstanding before it holds requests back to
@@ -223,6 +224,8 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Replica acknowledgement each call waits for, if any.
     acks: Acks,
+    /// The client's background work: calls sent for others, undos.
+    tasks: Tasks,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -236,8 +239,14 @@ impl std::fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    /// A batcher for `script`, sending on `conn`.
-    pub(crate) fn new(script: &'static LazyLock<Lua>, conn: Conn, acks: Acks) -> Self {
+    /// A batcher for `script`, sending on `conn`; calls it sends on
+    /// behalf of several callers are tracked in `tasks`.
+    pub(crate) fn new(
+        script: &'static LazyLock<Lua>,
+        conn: Conn,
+        acks: Acks,
+        tasks: Tasks,
+    ) -> Self {
         let slots = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
         Batcher {
             shared: Arc::new(Shared {
@@ -245,9 +254,15 @@ impl Batcher {
                 conn,
                 queue: Mutex::new(Queue::default()),
                 acks,
+                tasks,
             }),
             slots,
         }
+    }
+
+    /// The client's background work, for undos of this batcher's requests.
+    pub(crate) fn tasks(&self) -> &Tasks {
+        &self.shared.tasks
     }
 
     /// The queue `call` belongs in: its slot's on a cluster.
@@ -266,6 +281,7 @@ impl Batcher {
                     conn: self.shared.conn.clone(),
                     queue: Mutex::new(Queue::default()),
                     acks: self.shared.acks,
+                    tasks: self.shared.tasks.clone(),
                 })
             })
             .clone()
@@ -343,7 +359,8 @@ impl Batcher {
             } else {
                 // Other callers' requests, or an undo that must see the
                 // reply even if this future is dropped: a task sends.
-                tokio::spawn(async move {
+                let tasks = shared.tasks.clone();
+                tasks.spawn(async move {
                     shared.send(batch).await;
                     drop(slot);
                 });
@@ -406,23 +423,23 @@ impl Drop for Outstanding {
             queue.in_flight += 1;
             batch
         };
-        let slot = Outstanding(self.0.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let shared = self.0.clone();
-                runtime.spawn(async move {
-                    shared.send(batch).await;
-                    drop(slot);
-                });
-            }
+        if tokio::runtime::Handle::try_current().is_err() {
             // No runtime (shutting down): the queued callers see their
             // replies dropped and fail.
-            Err(_) => {
-                drop(batch);
-                std::mem::forget(slot);
-                self.0.lock().in_flight -= 1;
-            }
+            drop(batch);
+            self.0.lock().in_flight -= 1;
+            return;
         }
+        let slot = Outstanding(self.0.clone());
+        let shared = self.0.clone();
+        self.0.tasks.detach(
+            "sending queued requests",
+            "their callers fail",
+            async move {
+                shared.send(batch).await;
+                drop(slot);
+            },
+        );
     }
 }
 

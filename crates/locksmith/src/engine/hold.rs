@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use crate::engine::batch::MAX_IN_FLIGHT;
 use crate::engine::conn::{Timing, ATTEMPTS};
 use crate::engine::renewal::Registration;
-use crate::engine::task::detach;
+use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
 /// This owner's hold, as last confirmed by the server.
@@ -257,6 +257,8 @@ pub(crate) struct Releaser<S> {
     pub(crate) send: SendRelease,
     /// How the client's releases are read.
     pub(crate) rules: ReleaseRules,
+    /// The client's background work: releases run there.
+    pub(crate) tasks: Tasks,
 }
 
 impl<S> Clone for Releaser<S> {
@@ -269,6 +271,7 @@ impl<S> Clone for Releaser<S> {
             lease: self.lease,
             send: self.send.clone(),
             rules: self.rules,
+            tasks: self.tasks.clone(),
         }
     }
 }
@@ -283,7 +286,8 @@ impl<S: Send + 'static> Releaser<S> {
     /// Releases one hold, from a task of its own so a dropped caller does
     /// not interrupt it (cancel safe).
     pub(crate) async fn release_one(self) -> Result<()> {
-        let task = tokio::spawn(async move {
+        let tasks = self.tasks.clone();
+        let task = tasks.spawn(async move {
             let state = self.state.clone().lock_owned().await;
             self.release_locked(state).await
         });
@@ -347,7 +351,7 @@ impl<S: Send + 'static> Releaser<S> {
         }
         let this = self.clone();
         sends.resent = true;
-        detach(
+        self.tasks.detach(
             "finishing a release whose reply was lost",
             "the hold runs out with its lease",
             async move {

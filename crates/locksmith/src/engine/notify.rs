@@ -137,6 +137,8 @@ struct Shared {
     /// is restarted (its runtime ended), so waiters send through this slot
     /// rather than keeping a sender of their own.
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// Cancelled by [`NotifyHub::close`].
+    closed: tokio_util::sync::CancellationToken,
 }
 
 impl Shared {
@@ -268,8 +270,25 @@ impl NotifyHub {
         }
     }
 
+    /// Closes the hub for good (its client is closing): the connection
+    /// task ends (its command queue closes), no new one starts, and every
+    /// waiter wakes once at once (its next check fails: the client takes
+    /// no new acquires), after which waiters sleep their normal bounds.
+    pub(crate) fn close(&self) {
+        self.shared.closed.cancel();
+        self.shared
+            .commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.shared.wake_all();
+    }
+
     /// Starts the connection task if it is not running.
     fn ensure_task(&self) {
+        if self.shared.closed.is_cancelled() {
+            return;
+        }
         let restarted = self.task.ensure(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             *self
@@ -551,11 +570,21 @@ impl Waiter {
     }
 
     /// Sleeps until a message wakes this waiter or `until` passes. Returns
-    /// true when woken by a message.
+    /// true when woken by a message. The hub's closing ends the sleep of a
+    /// waiter that began it before (one that begins after sleeps as
+    /// usual, so a caller that goes on waiting cannot spin).
     pub(crate) async fn wait_until(&self, until: Instant) -> bool {
-        let woken = tokio::time::timeout_at(until, self.slot.notify.notified())
-            .await
-            .is_ok();
+        let closed = &self.shared.closed;
+        let woken = if closed.is_cancelled() {
+            tokio::time::timeout_at(until, self.slot.notify.notified())
+                .await
+                .is_ok()
+        } else {
+            tokio::select! {
+                woken = tokio::time::timeout_at(until, self.slot.notify.notified()) => woken.is_ok(),
+                () = closed.cancelled() => return false,
+            }
+        };
         if woken {
             self.slot.woken.store(false, Ordering::SeqCst);
         }
@@ -640,8 +669,8 @@ async fn run(
             return;
         }
         match shared.upgrade() {
-            Some(strong) => strong.unready_all(),
-            None => return,
+            Some(strong) if !strong.closed.is_cancelled() => strong.unready_all(),
+            _ => return,
         }
         if connected_at.elapsed() >= HEALTHY {
             backoff = BACKOFF_MIN;

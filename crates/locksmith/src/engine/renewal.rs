@@ -97,6 +97,8 @@ struct Shared {
     conn: Conn,
     /// Replica acknowledgement a renewal must get to count.
     acks: Acks,
+    /// Set by [`Renewer::close`]: nothing is renewed any more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Handle to a Client's watchdog. Dropping the last handle stops the task.
@@ -195,12 +197,19 @@ impl Drop for Registration {
 }
 
 impl Shared {
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts the task on the current runtime if it is not running.
     fn ensure_task(self: &Arc<Self>) {
+        if self.is_closed() {
+            return;
+        }
         let restarted = self
             .task
             .ensure(|| run(Arc::downgrade(self), self.conn.clone(), self.acks));
@@ -231,6 +240,7 @@ impl Renewer {
                 task: TaskSlot::default(),
                 conn,
                 acks,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -241,6 +251,21 @@ impl Renewer {
         if !self.shared.task.is_running() && !self.shared.lock_entries().is_empty() {
             self.shared.ensure_task();
         }
+    }
+
+    /// Stops the watchdog for good (its client is closing): every hold
+    /// registered is marked lost (its guards report it, its lost signal
+    /// fires) and forgotten, and a hold registered later is lost from the
+    /// start. The task ends.
+    pub(crate) fn close(&self) {
+        self.shared
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let entries = std::mem::take(&mut *self.shared.lock_entries());
+        for entry in entries.values() {
+            entry.state.mark_lost();
+        }
+        self.shared.wake.notify_one();
     }
 
     /// Number of registered holds (renewed or timer-only).
@@ -273,6 +298,15 @@ impl Renewer {
         };
         let wake = {
             let mut entries = self.shared.lock_entries();
+            if self.shared.is_closed() {
+                // Granted as the client closed: not renewed, so lost.
+                state.mark_lost();
+                return Registration {
+                    id,
+                    shared: Arc::downgrade(&self.shared),
+                    state,
+                };
+            }
             entries.insert(id, entry);
             let planned = *self
                 .shared
@@ -300,6 +334,9 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
         let Some(strong) = shared.upgrade() else {
             return;
         };
+        if strong.is_closed() {
+            return;
+        }
         let now = Instant::now();
         let mut batch: Vec<Due> = Vec::new();
         let mut wake_at = now + Duration::from_secs(60);

@@ -10,6 +10,10 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// One restartable background task.
 #[derive(Debug, Default)]
@@ -55,19 +59,86 @@ impl TaskSlot {
     }
 }
 
-/// Runs `work` in the background on the current runtime: the clean-up of a
-/// dropped guard or a cancelled call, which must not wait for its caller.
-/// Outside a runtime nothing can run; `what` then says in a warning what
-/// was left undone (and `left` what becomes of it).
-pub(crate) fn detach<F>(what: &'static str, left: &'static str, work: F)
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(work);
+/// The background work of one client: the clean-ups of dropped guards and
+/// cancelled calls, the resends of releases whose reply was lost, the
+/// renewal calls. Each is tracked here so that [`Tasks::close`] can wait
+/// for it ([`Client::close`](crate::Client::close)); long-running tasks
+/// (the watchdog, the pub/sub connection) end on [`Tasks::stopped`].
+/// Cheap to clone: clones share one set.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tasks {
+    /// Shared by every clone.
+    inner: Arc<TasksInner>,
+}
+
+#[derive(Debug, Default)]
+struct TasksInner {
+    /// Counts the tasks in flight; closed by [`Tasks::close`].
+    tracker: TaskTracker,
+    /// Cancelled by [`Tasks::close`]: tasks that would otherwise run for
+    /// the client's lifetime end on it.
+    stop: CancellationToken,
+}
+
+impl Tasks {
+    /// Runs `work` in the background on the current runtime, tracked: the
+    /// clean-up of a dropped guard or a cancelled call, which must not
+    /// wait for its caller. Outside a runtime nothing can run; `what` then
+    /// says in a warning what was left undone (and `left` what becomes of
+    /// it). Work started after [`Tasks::close`] is still tracked (a
+    /// clean-up may start another), and still runs.
+    pub(crate) fn detach<F>(&self, what: &'static str, left: &'static str, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.inner.tracker.track_future(work));
+            }
+            Err(_) => tracing::warn!("{what} outside a Tokio runtime; {left}"),
         }
-        Err(_) => tracing::warn!("{what} outside a Tokio runtime; {left}"),
+    }
+
+    /// Spawns `work` on the current runtime, tracked, and returns its
+    /// handle (a call that must finish even if its caller goes away, and
+    /// whose result the caller awaits while it stays).
+    pub(crate) fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.tracker.spawn(work)
+    }
+
+    /// True once [`Tasks::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.stop.is_cancelled()
+    }
+
+    /// Fires when [`Tasks::close`] is called.
+    pub(crate) fn stopped(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.inner.stop.clone().cancelled_owned()
+    }
+
+    /// Tasks still running.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.tracker.len()
+    }
+
+    /// Marks the set closed: [`Tasks::stopped`] fires, and
+    /// [`Tasks::wait`] can finish.
+    pub(crate) fn close(&self) {
+        self.inner.stop.cancel();
+        self.inner.tracker.close();
+    }
+
+    /// After [`Tasks::close`]: waits up to `within` for every tracked
+    /// task, those started meanwhile included. True when all finished in
+    /// time.
+    pub(crate) async fn wait(&self, within: Duration) -> bool {
+        tokio::time::timeout(within, self.inner.tracker.wait())
+            .await
+            .is_ok()
     }
 }
 

@@ -207,6 +207,7 @@ impl CountDownLatch {
                 deadline,
                 client.config().recheck_interval,
                 || async {
+                    client.admit()?;
                     Ok(match self.count().await? {
                         0 => Check::Done(()),
                         _ => Check::NotYet(None),

@@ -292,6 +292,7 @@ impl FairLock {
         } else {
             let this = self.clone();
             WaitEntry::start(
+                self.shared.client.tasks(),
                 &self.shared.state,
                 &self.shared.waits,
                 "leaving a fair lock queue",
@@ -335,7 +336,7 @@ impl FairLock {
     async fn attempt(&self, patience: Duration) -> Result<Attempt> {
         let shared = &self.shared;
         let client = &shared.client;
-        client.ensure_background();
+        client.admit()?;
         let lease = self.lease();
         let state = shared.state.clone().lock_owned().await;
         let expected = state.count;
@@ -423,6 +424,7 @@ impl FairLock {
                 Box::pin(async move { this.release_call(expected, token).await })
             }),
             rules: self.shared.client.release_rules(),
+            tasks: self.shared.client.tasks().clone(),
         }
     }
 

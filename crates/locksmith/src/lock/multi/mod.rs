@@ -500,7 +500,7 @@ enum Together {
 /// own acquire does.
 async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result<Together> {
     let client = locks[0].client().clone();
-    client.ensure_background();
+    client.admit()?;
     // Each owner's state, as its own acquire takes it; waiting for a
     // release of this owner still settling in the background is bounded
     // as there (the deadline, or what one attempt may take), then busy.

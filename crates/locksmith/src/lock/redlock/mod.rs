@@ -41,6 +41,7 @@ use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Call, Tracked, Tracker};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
+use crate::engine::task::Tasks;
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -105,6 +106,9 @@ struct Node {
     /// another node already counts (two names of one server) is refused,
     /// at connect and at every reconnect.
     servers: Servers,
+    /// The set's background work (shared by its nodes): reconnects,
+    /// undos, releases, renewals.
+    tasks: Tasks,
 }
 
 /// See [`Node::servers`].
@@ -157,6 +161,7 @@ impl RedlockNodes {
         let max_name_len = clients[0].config().max_name_len;
         let metric_names = clients[0].config().metric_names;
         let servers = Servers::default();
+        let tasks = Tasks::default();
         let nodes = clients
             .into_iter()
             .map(|c| {
@@ -166,6 +171,7 @@ impl RedlockNodes {
                     addr,
                     state: Mutex::new(NodeState::Up(c)),
                     servers: servers.clone(),
+                    tasks: tasks.clone(),
                 }))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -228,6 +234,7 @@ impl RedlockNodes {
             return Err(Error::invalid(e.to_string()));
         }
         let servers = Servers::default();
+        let tasks = Tasks::default();
         let nodes: Vec<Arc<Node>> = builders
             .into_iter()
             .zip(clients)
@@ -248,6 +255,7 @@ impl RedlockNodes {
                     addr,
                     state: Mutex::new(state),
                     servers: servers.clone(),
+                    tasks: tasks.clone(),
                 }))
             })
             .collect::<Result<_>>()?;
@@ -344,6 +352,78 @@ impl RedlockNodes {
         }
     }
 
+    /// True once [`RedlockNodes::close`] was called (on this set or any
+    /// clone of it, or a set derived from it with `with_...`).
+    pub fn is_closed(&self) -> bool {
+        self.inner.tasks().is_closed()
+    }
+
+    /// Shuts the set down as [`RedlockNodes::close_within`], with a bound
+    /// of two of the longest per-node command timeouts plus a connect
+    /// timeout (as [`Client::close`] for one client).
+    ///
+    /// # Errors
+    /// As [`RedlockNodes::close_within`].
+    pub async fn close(&self) -> Result<()> {
+        let within = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.connected())
+            .map(|c| c.config().connect_timeout + c.config().command_timeout * 2)
+            .max()
+            .unwrap_or(ClientBuilder::DEFAULT_CONNECT_TIMEOUT);
+        self.close_within(within).await
+    }
+
+    /// Shuts the set down and waits up to `within` for its background
+    /// work, as [`Client::close_within`] does for one client: new
+    /// acquires and waits fail with [`Error::Closed`] (waits under way
+    /// end at once), held Redlocks are no longer renewed and report lost,
+    /// down nodes are no longer reconnected, and it waits for the undo of
+    /// cancelled rounds and the releases of dropped guards. The nodes'
+    /// clients are closed too (with [`RedlockNodes::new`], the clients you
+    /// passed). Release what you hold before closing: a guard released
+    /// after `close` still sends its release to every node, but answers
+    /// [`Error::NotHeld`], as for any Redlock whose validity ended first.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] with `within` when background work was still
+    /// running when the bound ran out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the set is closed from the first poll on; dropping the
+    /// future only stops the waiting.
+    pub async fn close_within(&self, within: Duration) -> Result<()> {
+        let until = Instant::now() + within;
+        let tasks = self.inner.tasks();
+        tasks.close();
+        let clients: Vec<Client> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.connected())
+            .collect();
+        for client in &clients {
+            // Wakes the set's waiters registered on the nodes' hubs.
+            client.shut();
+        }
+        let mut finished = tasks.wait(within).await;
+        for client in &clients {
+            let left = until.saturating_duration_since(Instant::now());
+            finished &= client.close_within(left).await.is_ok();
+        }
+        if finished {
+            Ok(())
+        } else {
+            tracing::warn!(
+                tasks = tasks.len(),
+                "Redlock background work still running when the close bound ran out"
+            );
+            Err(Error::Timeout(within))
+        }
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.inner.nodes.len()
@@ -389,6 +469,14 @@ impl RedlockNodes {
     }
 }
 
+impl Nodes {
+    /// The set's background work (every node shares it; a set has at
+    /// least three nodes).
+    fn tasks(&self) -> &Tasks {
+        &self.nodes[0].tasks
+    }
+}
+
 impl Node {
     /// The client; `Err` while the node is down. A down node whose pause
     /// is over is reconnected in the background (the round does not wait
@@ -410,7 +498,7 @@ impl Node {
                         error.clone(),
                     )),
                 };
-                if Instant::now() >= *retry_at {
+                if Instant::now() >= *retry_at && !self.tasks.is_closed() {
                     // One reconnect at a time: the next is not due before
                     // this one has ended and set a new pause (or, should
                     // its task never finish, after it surely would have).
@@ -418,7 +506,7 @@ impl Node {
                         Instant::now() + builder.config().connect_timeout * 2 + RECONNECT_PAUSE;
                     let builder = builder.clone();
                     let node = self.clone();
-                    crate::engine::task::detach(
+                    self.tasks.detach(
                         "reconnecting a Redlock node",
                         "the node stays down",
                         async move {
@@ -432,6 +520,10 @@ impl Node {
                                 if e.is_invalid_argument() {
                                     tracing::warn!(node = %node.addr, error = %e, "Redlock node refused");
                                 }
+                            }
+                            if let (Ok(client), true) = (&built, node.tasks.is_closed()) {
+                                // The set closed while this connected.
+                                client.shut();
                             }
                             let mut state = node.state.lock().unwrap_or_else(|e| e.into_inner());
                             *state = match built {
@@ -672,6 +764,11 @@ impl Redlock {
     /// One acquire round (see the module docs).
     async fn round(&self) -> Result<Option<RedlockGuard>> {
         let inner = &self.nodes.inner;
+        if inner.tasks().is_closed() {
+            return Err(Error::Closed {
+                addr: format!("the Redlock nodes {}", self.nodes.addrs().join(", ")),
+            });
+        }
         let owner: Arc<str> = format!(
             "{}:{}",
             inner.id,
@@ -721,7 +818,7 @@ impl Redlock {
             let token = tokens.iter().copied().max().unwrap_or(0);
             let stop = CancellationToken::new();
             if self.lease.is_none() {
-                tokio::spawn(renew(
+                inner.tasks().spawn(renew(
                     self.clone(),
                     owner.clone(),
                     state.clone(),
@@ -753,7 +850,9 @@ impl Redlock {
         undo.lock = None;
         let lock = self.clone();
         let after = std::mem::take(&mut undo.after);
-        let undoing = tokio::spawn(async move { lock.undo_round(owner, after).await });
+        let undoing = inner
+            .tasks()
+            .spawn(async move { lock.undo_round(owner, after).await });
         let _ = tokio::time::timeout(inner.node_timeout, undoing).await;
         let answered = tokens.len() + busy;
         if answered < inner.quorum {
@@ -897,7 +996,7 @@ impl Redlock {
     /// does not stop it.
     async fn release_everywhere(&self, owner: Arc<str>, after: Vec<Tracked>) -> Tally {
         let lock = self.clone();
-        let task = tokio::spawn(async move {
+        let task = self.nodes.inner.tasks().spawn(async move {
             // Never ahead of the acquires being undone.
             join_all(after.into_iter().map(Tracked::settled)).await;
             let replies = join_all(
@@ -984,7 +1083,8 @@ impl Drop for Undo {
         if let Some(lock) = self.lock.take() {
             let owner = self.owner.clone();
             let after = std::mem::take(&mut self.after);
-            crate::engine::task::detach(
+            let tasks = lock.nodes.inner.tasks().clone();
+            tasks.detach(
                 "undoing a cancelled Redlock round",
                 "grants that landed stay until their lease runs out",
                 async move {
@@ -1003,9 +1103,15 @@ async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: Can
     let lease = lock.lease();
     let period = lease / 3;
     let mut next = Instant::now() + period;
+    let mut closed = std::pin::pin!(inner.tasks().stopped());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
+            () = &mut closed => {
+                // The set was closed: the hold is no longer renewed.
+                state.mark_lost();
+                return;
+            }
             () = state.signal().wait() => break,
             () = tokio::time::sleep_until(next) => {}
         }
@@ -1172,7 +1278,8 @@ impl Drop for RedlockGuard {
         if let Some(owner) = self.owner.take() {
             let lock = self.lock.clone();
             let after = std::mem::take(&mut self.after);
-            crate::engine::task::detach(
+            let tasks = lock.nodes.inner.tasks().clone();
+            tasks.detach(
                 "Redlock guard dropped",
                 "the lock stays until its lease runs out",
                 async move {

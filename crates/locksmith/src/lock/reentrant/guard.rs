@@ -172,6 +172,16 @@ impl LockGuard {
 }
 
 impl Holder {
+    /// The client the hold belongs to.
+    fn client(&self) -> &crate::Client {
+        match self {
+            Holder::Reentrant(lock) => lock.client(),
+            Holder::Fair(lock) => lock.client(),
+            Holder::ReadWrite(lock, _) => lock.client(),
+            Holder::Simple { lock, .. } => lock.client(),
+        }
+    }
+
     /// Releases the hold. Cancel safe (see [`LockGuard::release`]).
     async fn release(self) -> Result<()> {
         match self {
@@ -203,18 +213,16 @@ impl Drop for LockGuard {
         let Some(holder) = self.holder.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(e) = holder.release().await {
-                        tracing::warn!(error = %e, "release of a dropped lock guard failed");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                "lock guard dropped outside a Tokio runtime; the lock stays until its lease runs out"
-            ),
-        }
+        let tasks = holder.client().tasks().clone();
+        tasks.detach(
+            "lock guard dropped",
+            "the lock stays until its lease runs out",
+            async move {
+                if let Err(e) = holder.release().await {
+                    tracing::warn!(error = %e, "release of a dropped lock guard failed");
+                }
+            },
+        );
     }
 }
 

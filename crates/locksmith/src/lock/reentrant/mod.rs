@@ -471,7 +471,7 @@ impl Lock {
     async fn attempt(&self, deadline: Option<Instant>) -> Result<Attempt> {
         let lease = self.lease();
         let client = &self.shared.client;
-        client.ensure_background();
+        client.admit()?;
         let locking = self.shared.state.clone().lock_owned();
         let state = match deadline {
             None => locking.await,

@@ -97,15 +97,17 @@ impl Drop for PendingRelease {
         let Some(lock) = self.0.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let state = lock.shared.state.clone().lock_owned().await;
-            let result =
-                release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
-            tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
-        });
+        let tasks = lock.shared.client.tasks().clone();
+        tasks.detach(
+            "releasing for a cancelled release call",
+            "the hold runs out with its lease",
+            async move {
+                let state = lock.shared.state.clone().lock_owned().await;
+                let result =
+                    release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
+                tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
+            },
+        );
     }
 }
 
@@ -331,17 +333,22 @@ fn spawn_settle(
         // itself whatever becomes of the resends.
         state.registration = None;
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    if tokio::runtime::Handle::try_current().is_err() {
         state.forget();
         return;
-    };
+    }
     let settling = Settling(Some(state));
-    runtime.spawn(async move {
-        if let Some(after) = after {
-            after.settled().await;
-        }
-        settle(shared, settling, call, sends, deadline).await;
-    });
+    let tasks = shared.client.tasks().clone();
+    tasks.detach(
+        "finishing a release whose reply was lost",
+        "the hold runs out with its lease",
+        async move {
+            if let Some(after) = after {
+                after.settled().await;
+            }
+            settle(shared, settling, call, sends, deadline).await;
+        },
+    );
 }
 
 /// The owner's state held by a background task. If the task is dropped
@@ -441,10 +448,10 @@ impl Drop for Rollback {
         let Some(mut state) = self.state.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             state.forget();
             return;
-        };
+        }
         let shared = self.shared.clone();
         let expected_after = self.expected_after;
         let lease = self.lease;
@@ -453,19 +460,25 @@ impl Drop for Rollback {
         // Held by the task; if the task is dropped before the undo is sent
         // (its runtime ended), the hold is forgotten, not left half-known.
         let mut settling = Settling(Some(state));
-        runtime.spawn(async move {
-            if let Some(after) = after {
-                after.settled().await;
-            }
-            let Some(mut state) = settling.0.take() else {
-                return;
-            };
-            // The release script with the post-grant count undoes a grant
-            // that landed and answers "nothing changed" for one that did
-            // not; either way it leaves the local count at the server's.
-            state.undoing(expected_after);
-            let result = release_locked(&shared, state, lease, false, until).await;
-            tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
-        });
+        let tasks = shared.client.tasks().clone();
+        tasks.detach(
+            "undoing a grant nobody took",
+            "the hold stays until its lease runs out",
+            async move {
+                if let Some(after) = after {
+                    after.settled().await;
+                }
+                let Some(mut state) = settling.0.take() else {
+                    return;
+                };
+                // The release script with the post-grant count undoes a
+                // grant that landed and answers "nothing changed" for one
+                // that did not; either way it leaves the local count at the
+                // server's.
+                state.undoing(expected_after);
+                let result = release_locked(&shared, state, lease, false, until).await;
+                tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
+            },
+        );
     }
 }

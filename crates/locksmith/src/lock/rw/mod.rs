@@ -356,6 +356,7 @@ impl ReadWriteLock {
         let entry = if claim {
             let this = self.clone();
             WaitEntry::start(
+                self.shared.client.tasks(),
                 &self.shared.state,
                 &self.shared.waits,
                 "withdrawing a waiting writer's claim",
@@ -394,7 +395,7 @@ impl ReadWriteLock {
     async fn attempt(&self, side: Side, claim: bool) -> Result<Check<LockGuard>> {
         let shared = &self.shared;
         let client = &shared.client;
-        client.ensure_background();
+        client.admit()?;
         let lease = self.lease();
         let mut state = shared.state.clone().lock_owned().await;
         let expected = state.side(side).count;
@@ -498,6 +499,7 @@ impl ReadWriteLock {
                 Box::pin(async move { this.run_release(side.code(), expected, token).await })
             }),
             rules: self.shared.client.release_rules(),
+            tasks: self.shared.client.tasks().clone(),
         }
     }
 

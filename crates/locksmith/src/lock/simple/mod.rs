@@ -213,10 +213,13 @@ impl SimpleLock {
     /// dropped mid-call, a background compare-and-delete undoes a grant
     /// that may have landed.
     async fn attempt(&self, token: &str) -> Result<std::result::Result<LockGuard, Duration>> {
+        self.shared.client.admit()?;
         let lease = self.lease();
-        let mut rollback = Rollback {
+        let mut rollback = Undo {
             lock: Some(self.clone()),
             token: token.to_owned(),
+            release: false,
+            lost_before: false,
         };
         let mut invocation = scripts::SIMPLE_ACQUIRE.prepare_invoke();
         invocation
@@ -274,9 +277,10 @@ impl SimpleLock {
         token: String,
         lost_before: bool,
     ) -> Result<()> {
-        let mut pending = PendingRelease {
+        let mut pending = Undo {
             lock: Some(self.clone()),
             token,
+            release: true,
             lost_before,
         };
         let result = self.release_token(&pending.token, false, lost_before).await;
@@ -329,50 +333,38 @@ impl SimpleLock {
     }
 }
 
-/// A compare-and-delete whose future was dropped: sent again in the
-/// background (as a resend: the first send may have landed).
-struct PendingRelease {
+/// A compare-and-delete of a token, sent from the background when the
+/// future that would have sent it (or read its grant) was dropped.
+struct Undo {
     /// `Some` while armed.
     lock: Option<SimpleLock>,
-    /// The hold's token.
+    /// The token.
     token: String,
+    /// Sent as a resend (a release whose first send may have landed) and
+    /// announced; otherwise the silent undo of a grant nobody read.
+    release: bool,
     /// The lease was lost before the release started.
     lost_before: bool,
 }
 
-impl Drop for PendingRelease {
+impl Drop for Undo {
     fn drop(&mut self) {
         let Some(lock) = self.lock.take() else {
             return;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let token = std::mem::take(&mut self.token);
-            let lost_before = self.lost_before;
-            runtime.spawn(async move {
-                let _ = lock.release_token(&token, true, lost_before).await;
-            });
-        }
-    }
-}
-
-/// Undoes a grant whose reply was never read.
-struct Rollback {
-    /// `Some` while armed.
-    lock: Option<SimpleLock>,
-    /// The attempt's token.
-    token: String,
-}
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        let Some(lock) = self.lock.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let token = std::mem::take(&mut self.token);
-            runtime.spawn(async move {
-                let _ = lock.release_token(&token, false, false).await;
-            });
-        }
+        let token = std::mem::take(&mut self.token);
+        let (release, lost_before) = (self.release, self.lost_before);
+        let tasks = lock.shared.client.tasks().clone();
+        tasks.detach(
+            if release {
+                "releasing for a cancelled release call"
+            } else {
+                "undoing a grant nobody took"
+            },
+            "the lock stays until its lease runs out",
+            async move {
+                let _ = lock.release_token(&token, release, lost_before).await;
+            },
+        );
     }
 }

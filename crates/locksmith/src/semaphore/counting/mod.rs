@@ -18,7 +18,6 @@ use redis::Value;
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::notify::{Check, Wake};
-use crate::engine::task::detach;
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -299,7 +298,7 @@ impl Semaphore {
     /// One acquire script call (batched with this client's other acquires).
     async fn attempt(&self, permits: u64) -> Result<Attempt> {
         let shared = &self.shared;
-        shared.client.ensure_background();
+        shared.client.admit()?;
         let call = Call::new(1, [Arg::Text(shared.name.clone()), Arg::Int(permits)]);
         let undo = self.clone();
         let (reply, acked): (Vec<i64>, Option<u32>) = shared
@@ -308,7 +307,8 @@ impl Semaphore {
                 // Unknown outcome (None): nothing safe to do, as the acquire
                 // is not idempotent (see the method docs).
                 if reply.as_ref().is_some_and(taken) {
-                    detach(
+                    let tasks = undo.shared.client.tasks().clone();
+                    tasks.detach(
                         "giving back the permits of a cancelled acquire",
                         "they stay taken",
                         async move {
@@ -346,7 +346,11 @@ impl Semaphore {
     /// own so that a dropped caller cannot interrupt it.
     async fn give_back(&self, permits: u64) -> Result<()> {
         let this = self.clone();
-        let task = tokio::spawn(async move { this.update("add", permits as i64).await });
+        let task = self
+            .shared
+            .client
+            .tasks()
+            .spawn(async move { this.update("add", permits as i64).await });
         match task.await {
             Ok(result) => result.map(drop),
             Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
@@ -460,7 +464,8 @@ impl Drop for SemaphorePermits {
     fn drop(&mut self) {
         if let Some(semaphore) = self.semaphore.take() {
             let permits = self.permits;
-            detach("semaphore permits dropped", "they stay taken", async move {
+            let tasks = semaphore.shared.client.tasks().clone();
+            tasks.detach("semaphore permits dropped", "they stay taken", async move {
                 if let Err(e) = semaphore.give_back(permits).await {
                     tracing::warn!(semaphore = %semaphore.name(), error = %e, "giving back dropped semaphore permits failed");
                 }

@@ -19,7 +19,6 @@ use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::lease::LeaseState;
 use crate::engine::notify::Check;
 use crate::engine::renewal::{Hold, Registration};
-use crate::engine::task::detach;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -285,7 +284,7 @@ impl ExpirableSemaphore {
     async fn attempt(&self) -> Result<Attempt> {
         let shared = &self.shared;
         let client = &shared.client;
-        client.ensure_background();
+        client.admit()?;
         let lease = self.lease();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let call = Call::new(
@@ -312,7 +311,8 @@ impl ExpirableSemaphore {
                     // so an unknown outcome (None) is undone too.
                     if reply.as_ref().is_none_or(granted) {
                         let (semaphore, id) = undo;
-                        detach(
+                        let tasks = semaphore.shared.client.tasks().clone();
+                        tasks.detach(
                             "releasing the permit of a cancelled acquire",
                             "it stays taken until its lease runs out",
                             async move {
@@ -453,7 +453,8 @@ impl Permit {
         self.registration = None;
         let hold = self.hold.take();
         let id = self.id.clone();
-        let task = tokio::spawn(async move { semaphore.release_by_id(&id).await });
+        let tasks = semaphore.shared.client.tasks().clone();
+        let task = tasks.spawn(async move { semaphore.release_by_id(&id).await });
         let release = async move {
             match task.await {
                 Ok(result) => result,
@@ -472,7 +473,8 @@ impl Drop for Permit {
         if let Some(semaphore) = self.semaphore.take() {
             let id = self.id.clone();
             self.registration = None;
-            detach(
+            let tasks = semaphore.shared.client.tasks().clone();
+            tasks.detach(
                 "permit dropped",
                 "it stays taken until its lease runs out",
                 async move {
