@@ -101,7 +101,14 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         _ = sigterm.recv() => Ok(Signal::SIGTERM),
     };
     let held = match signalled {
-        Err(acquired) => acquired?,
+        Err(Ok(held)) => held,
+        Err(Err(e)) => {
+            // The undo of what the failed wait may have taken (a Redlock
+            // round short of a majority, a grant too few replicas saw)
+            // runs in the background: let it finish first.
+            target.close().await;
+            return Err(e.into());
+        }
         Ok(signal) => {
             // Dropping the wait cancels it; a grant that was on its way
             // (for a MultiLock or Redlock, the members or nodes taken so
@@ -148,10 +155,19 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         on_lost: args.on_lost,
         kill_after: args.kill_after,
     };
-    let (status, lost) = supervisor
+    let watched = supervisor
         .watch(child, held.lost(), &mut sigint, &mut sigterm)
-        .await
-        .map_err(|e| CliError::Other(format!("waiting for the command failed: {e}")))?;
+        .await;
+    let (status, lost) = match watched {
+        Ok(watched) => watched,
+        Err(e) => {
+            let _ = held.release().await;
+            target.close().await;
+            return Err(CliError::Other(format!(
+                "waiting for the command failed: {e}"
+            )));
+        }
+    };
     let code = exit::from_status(status);
 
     let released = held.release().await;

@@ -396,6 +396,7 @@ impl ClientBuilder {
             },
             _ => return Err(Error::invalid("URL and connection disagree")),
         };
+        let tasks = Tasks::default();
         Ok(Client {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),
@@ -408,9 +409,11 @@ impl ClientBuilder {
                         command: config.command_timeout,
                         ping_interval: config.pubsub_ping_interval,
                     },
+                    tasks.clone(),
                 ),
                 renewer: Renewer::new(conn.clone(), acks),
-                tasks: Tasks::default(),
+                tasks,
+                shutting: Mutex::new(()),
                 acks,
                 rooms: Mutex::new(HashMap::new()),
                 batchers: Mutex::new(HashMap::new()),
@@ -480,6 +483,8 @@ struct Inner {
     /// dropped guards and cancelled calls, settling releases), which
     /// [`Client::close`] waits for.
     tasks: Tasks,
+    /// Held while [`Client::close`] shuts the client down.
+    shutting: Mutex<()>,
     /// Each primitive's client-wide state (registries such as the lock's
     /// local hand-offs), by type, made on first use; see [`Client::room`].
     rooms: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
@@ -648,6 +653,13 @@ impl Client {
     /// work, stops the watchdog and the pub/sub connection (waking every
     /// waiter). Idempotent.
     pub(crate) fn shut(&self) {
+        // Serialized, so a second caller returns only once the first has
+        // stopped everything.
+        let _shutting = self
+            .inner
+            .shutting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if self.inner.tasks.is_closed() {
             return;
         }
@@ -690,7 +702,10 @@ impl Client {
 
     /// Shuts the client down, every clone of it, as [`Client::close_within`]
     /// with a bound of one reconnect and two command timeouts
-    /// (`connect_timeout + 2 × command_timeout`, 7 s by default).
+    /// (`connect_timeout + 2 × command_timeout`, 11 s with the default
+    /// timeouts). It takes that long only when something is still
+    /// unfinished then, typically a release resent while Redis is
+    /// unreachable.
     ///
     /// # Errors
     /// As [`Client::close_within`].

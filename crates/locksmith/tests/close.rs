@@ -129,17 +129,17 @@ async fn close_ends_every_wait_with_closed_and_leaves_no_queue_entry_or_claim() 
     for (what, task) in &running {
         assert!(!task.is_finished(), "{what} ended before the close");
     }
+    let started = std::time::Instant::now();
     closing.close().await.expect("close");
+    assert!(
+        started.elapsed() < PROMPT,
+        "close took {:?}",
+        started.elapsed()
+    );
     assert!(closing.is_closed());
-    for (what, task) in running {
-        let kind = tokio::time::timeout(PROMPT, task)
-            .await
-            .unwrap_or_else(|_| panic!("{what} still waits {PROMPT:?} after close"))
-            .expect("wait task");
-        assert_eq!(kind, ErrorKind::Closed, "{what}");
-    }
-    // The fair queue and the writer's claim were withdrawn: what is left
-    // on the server is the holder's, the counters and the set-ups.
+    // The fair queue and the writer's claim were withdrawn before close
+    // returned: what is left on the server is the holder's, the counters
+    // and the set-ups.
     let left = keys(&server);
     for key in &left {
         assert!(
@@ -152,6 +152,16 @@ async fn close_ends_every_wait_with_closed_and_leaves_no_queue_entry_or_claim() 
         "the writer's claim is left: {left:?}"
     );
     assert_eq!(closing.subscription_count(), 0, "subscriptions are left");
+    for (what, task) in running {
+        // Every wait ended before close returned (each counts in the
+        // client's background work until it has withdrawn its entry).
+        assert!(
+            task.is_finished(),
+            "{what} still waits after close returned"
+        );
+        let kind = task.await.expect("wait task");
+        assert_eq!(kind, ErrorKind::Closed, "{what}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,19 +190,45 @@ async fn after_close_holds_are_lost_acquires_refused_and_releases_still_work() {
         0,
         "the watchdog forgot its holds"
     );
+    let multi = client.multi_lock(["m1", "m2"]).unwrap();
+    let permits = client.expirable_semaphore("permits").unwrap();
+    let latch = client.count_down_latch("latch").unwrap();
     for (what, err) in [
         (
             "try_lock",
             client.lock("other").unwrap().try_lock().await.err(),
+        ),
+        // A waiting acquire of a lock that is held: refused at once, not
+        // after the holder's lease.
+        ("lock", client.lock("held").unwrap().lock().await.err()),
+        (
+            "fair try_lock",
+            client.fair_lock("fair").unwrap().try_lock().await.err(),
         ),
         (
             "try_read",
             client.read_write_lock("rw").unwrap().try_read().await.err(),
         ),
         (
+            "try_write",
+            client
+                .read_write_lock("rw")
+                .unwrap()
+                .try_write()
+                .await
+                .err(),
+        ),
+        (
+            "simple try_lock",
+            client.simple_lock("simple").unwrap().try_lock().await.err(),
+        ),
+        ("multi try_lock", multi.try_lock().await.err()),
+        (
             "try_acquire",
             client.semaphore("sem").unwrap().try_acquire(1).await.err(),
         ),
+        ("permit try_acquire", permits.try_acquire().await.err()),
+        ("latch wait", latch.wait_for(LEASE).await.err()),
     ] {
         let err = err.unwrap_or_else(|| panic!("{what} succeeded after close"));
         assert_eq!(err.kind(), ErrorKind::Closed, "{what}: {err}");
@@ -250,27 +286,40 @@ async fn close_returns_after_the_release_of_a_dropped_guard_is_done() {
 async fn close_returns_after_a_cancelled_acquire_was_undone() {
     let server = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-    let client = Client::builder(proxy.url())
-        .lease(LEASE)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
-    // Scripts loaded and the connection warm before the latency starts.
-    drop(client.lock("warm").unwrap().lock().await.unwrap());
-    drop(client.fair_lock("warm-fair").unwrap().lock().await.unwrap());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.set_mode(FaultMode::Latency(Duration::from_millis(150)));
-    let lock = client.lock("cancelled").unwrap();
-    let fair = client.fair_lock("cancelled-fair").unwrap();
-    // Cut off after the requests went out and before their replies came
-    // back: the grants land on the server with nobody to take them.
-    let cut = Duration::from_millis(100);
-    assert!(tokio::time::timeout(cut, lock.lock()).await.is_err());
-    assert!(tokio::time::timeout(cut, fair.lock()).await.is_err());
-    client.close().await.expect("close");
-    let left = keys(&server);
-    for key in ["cancelled", "cancelled-fair"] {
+    // One client per kind, so one kind's slower clean-up cannot cover
+    // another's.
+    for key in ["cancelled", "cancelled-fair", "cancelled-simple"] {
+        let client = Client::builder(proxy.url())
+            .lease(LEASE)
+            .command_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        let acquire = |client: Client| async move {
+            let _ = match key {
+                "cancelled" => client.lock(key).unwrap().lock().await.map(drop),
+                "cancelled-fair" => client.fair_lock(key).unwrap().lock().await.map(drop),
+                _ => client.simple_lock(key).unwrap().lock().await.map(drop),
+            };
+        };
+        proxy.set_mode(FaultMode::Pass);
+        // Scripts loaded and the connection warm before the latency.
+        acquire(client.clone()).await;
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                !keys(&server).contains(&key.to_owned())
+            })
+            .await
+        );
+        proxy.set_mode(FaultMode::Latency(Duration::from_millis(150)));
+        // Cut off after the request went out and before its reply came
+        // back: the grant lands on the server with nobody to take it.
+        let cut = Duration::from_millis(100);
+        assert!(tokio::time::timeout(cut, acquire(client.clone()))
+            .await
+            .is_err());
+        client.close().await.expect("close");
+        let left = keys(&server);
         assert!(
             !left.contains(&key.to_owned()),
             "the cancelled acquire of {key} was not undone when close returned: {left:?}"
@@ -329,6 +378,14 @@ async fn redlock_close_ends_waits_loses_holds_and_refuses_acquires() {
         .unwrap();
     let held = holder.lock("r").unwrap().lock().await.unwrap();
     let mine = closing.lock("mine").unwrap().lock().await.unwrap();
+    let fixed = closing
+        .lock("fixed")
+        .unwrap()
+        .with_lease(LEASE)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let lock = closing.lock("r").unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await.map(drop) });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -349,6 +406,12 @@ async fn redlock_close_ends_waits_loses_holds_and_refuses_acquires() {
         .await
         .expect_err("closed");
     assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    // A fixed-lease Redlock taken before the close reports lost too.
+    assert!(
+        fixed.is_lost(),
+        "a fixed-lease Redlock reports lost after close"
+    );
+    drop(fixed);
     // A release still goes out to every node; it answers NotHeld, as for
     // any Redlock whose validity ended before its release.
     let err = mine.release().await.expect_err("validity is over");

@@ -256,6 +256,10 @@ pub(crate) struct WaitEntry<S: Send + 'static> {
     what: &'static str,
     /// Where a background withdrawal runs; `None` with nothing armed.
     tasks: Option<Tasks>,
+    /// Counts the wait in the client's background work until its entry
+    /// is withdrawn (inline, or handed to a tracked task), so closing the
+    /// client waits for it.
+    _waiting: Option<tokio_util::task::task_tracker::TaskTrackerToken>,
 }
 
 impl<S: Send + 'static> WaitEntry<S> {
@@ -272,6 +276,7 @@ impl<S: Send + 'static> WaitEntry<S> {
             armed: Some((state.clone(), waits.clone(), epoch, withdraw)),
             what,
             tasks: Some(tasks.clone()),
+            _waiting: Some(tasks.token()),
         }
     }
 
@@ -281,6 +286,7 @@ impl<S: Send + 'static> WaitEntry<S> {
             armed: None,
             what: "",
             tasks: None,
+            _waiting: None,
         }
     }
 

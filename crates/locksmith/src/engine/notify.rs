@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::engine::subscriber::{Event, Source, Subscriber};
-use crate::engine::task::TaskSlot;
+use crate::engine::task::{TaskSlot, Tasks};
 
 /// What one message wakes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,16 +257,20 @@ pub(crate) struct NotifyHub {
     /// The connection task; restarted on the current runtime if the one
     /// it ran on has ended.
     task: TaskSlot,
+    /// The client's background work: every waiter counts in it while it
+    /// waits (see [`Tasks::token`]).
+    tasks: Tasks,
 }
 
 impl NotifyHub {
     /// A hub that will connect to `source`.
-    pub(crate) fn new(source: Source, timeouts: HubTimeouts) -> Self {
+    pub(crate) fn new(source: Source, timeouts: HubTimeouts, tasks: Tasks) -> Self {
         NotifyHub {
             shared: Arc::new(Shared::default()),
             source,
             timeouts,
             task: TaskSlot::default(),
+            tasks,
         }
     }
 
@@ -281,6 +285,11 @@ impl NotifyHub {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        // Registrations still waiting for their subscription stop
+        // waiting: none will come.
+        for ch in self.shared.lock().values() {
+            ch.ready.send_replace(true);
+        }
         self.shared.wake_all();
     }
 
@@ -391,6 +400,7 @@ impl NotifyHub {
             shared: self.shared.clone(),
             channel: channel.to_owned(),
             slot,
+            _waiting: self.tasks.token(),
         };
         if first {
             self.shared.send(Command::Subscribe(channel.to_owned()));
@@ -559,6 +569,9 @@ pub(crate) struct Waiter {
     channel: String,
     /// This waiter's mailbox.
     slot: Arc<Slot>,
+    /// Counts this wait in the client's background work, so closing the
+    /// client waits for the waits it woke to end.
+    _waiting: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 impl Waiter {
@@ -663,6 +676,9 @@ async fn run(
     let mut backoff = BACKOFF_MIN;
     let mut reconnecting = false;
     loop {
+        if shared.upgrade().is_none_or(|s| s.closed.is_cancelled()) {
+            return;
+        }
         let connected_at = Instant::now();
         let outcome = session(&source, &shared, &mut commands, timeouts, &mut reconnecting).await;
         if let Session::HubGone = outcome {

@@ -60,10 +60,12 @@ impl TaskSlot {
 }
 
 /// The background work of one client: the clean-ups of dropped guards and
-/// cancelled calls, the resends of releases whose reply was lost, the
-/// renewal calls. Each is tracked here so that [`Tasks::close`] can wait
-/// for it ([`Client::close`](crate::Client::close)); long-running tasks
-/// (the watchdog, the pub/sub connection) end on [`Tasks::stopped`].
+/// cancelled calls, the resends of releases whose reply was lost, calls
+/// sent for several callers, and the waits under way (each holds a
+/// [`Tasks::token`] until it has withdrawn what it put on the server).
+/// Each is tracked here so that [`Tasks::wait`] can wait for it
+/// ([`Client::close`](crate::Client::close)). The watchdog and the
+/// pub/sub connection are not tracked: closing stops them.
 /// Cheap to clone: clones share one set.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tasks {
@@ -108,6 +110,13 @@ impl Tasks {
         F::Output: Send + 'static,
     {
         self.inner.tracker.spawn(work)
+    }
+
+    /// Counts as one tracked task until dropped: held by a wait while it
+    /// may still have to withdraw something from the server, so closing
+    /// waits for a wait it woke to finish.
+    pub(crate) fn token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.inner.tracker.token()
     }
 
     /// True once [`Tasks::close`] was called.

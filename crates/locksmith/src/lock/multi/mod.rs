@@ -370,7 +370,10 @@ impl MultiLock {
             // In its own task: if this future is dropped mid-call, the
             // task still records the outcome, and guards nobody takes are
             // dropped, which releases them.
-            let busy = match tokio::spawn(attempt_together(locks.clone(), deadline)).await {
+            let attempt = client
+                .tasks()
+                .spawn(attempt_together(locks.clone(), deadline));
+            let busy = match attempt.await {
                 Ok(Ok(Together::Granted(guards))) => {
                     let cancelled =
                         std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready()))

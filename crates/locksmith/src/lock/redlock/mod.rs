@@ -409,6 +409,14 @@ impl RedlockNodes {
             client.shut();
         }
         let mut finished = tasks.wait(within).await;
+        // Again: a reconnect that was under way may have brought a node up
+        // since (its task is among those just waited for).
+        let clients: Vec<Client> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.connected())
+            .collect();
         for client in &clients {
             let left = until.saturating_duration_since(Instant::now());
             finished &= client.close_within(left).await.is_ok();
@@ -817,14 +825,14 @@ impl Redlock {
             undo.lock = None;
             let token = tokens.iter().copied().max().unwrap_or(0);
             let stop = CancellationToken::new();
-            if self.lease.is_none() {
-                inner.tasks().spawn(renew(
-                    self.clone(),
-                    owner.clone(),
-                    state.clone(),
-                    stop.clone(),
-                ));
-            }
+            // Renews a watchdog lease; for a fixed one it only watches for
+            // the set's closing (which ends the hold's validity too).
+            inner.tasks().spawn(renew(
+                self.clone(),
+                owner.clone(),
+                state.clone(),
+                stop.clone(),
+            ));
             return Ok(Some(RedlockGuard {
                 lock: self.clone(),
                 owner: Some(owner),
@@ -1095,7 +1103,8 @@ impl Drop for Undo {
     }
 }
 
-/// The watchdog of one hold: extends it on every node every third of the
+/// The watchdog of one hold (for a fixed lease it only marks the hold lost
+/// when the set is closed): extends it on every node every third of the
 /// lease; counts an extension only when a majority confirm it.
 async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: CancellationToken) {
     let nodes = lock.nodes.inner.clone();
@@ -1104,6 +1113,16 @@ async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: Can
     let period = lease / 3;
     let mut next = Instant::now() + period;
     let mut closed = std::pin::pin!(inner.tasks().stopped());
+    if lock.lease.is_some() {
+        // A fixed lease: nothing to renew; only the set's closing ends it
+        // early.
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = &mut closed => state.mark_lost(),
+            () = state.signal().wait() => {}
+        }
+        return;
+    }
     loop {
         tokio::select! {
             () = stop.cancelled() => return,

@@ -356,6 +356,8 @@ impl Lock {
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
+        // Before joining this client's waiters without a round trip.
+        self.shared.client.admit()?;
         let hub = self.shared.client.hub();
         let channel = &self.shared.channel;
         let seen = hub.seq(channel);
@@ -390,6 +392,9 @@ impl Lock {
         // slipped between the attempt and joining the queue.
         let mut recheck = seen.is_none() || hub.seq(channel) != seen;
         loop {
+            // Closed meanwhile: a grant parked on the ticket is released
+            // with it.
+            self.shared.client.admit()?;
             let mut offered = false;
             if let Some(guard) = ticket.take_granted() {
                 return Ok(Some(guard));
