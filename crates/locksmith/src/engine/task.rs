@@ -9,6 +9,7 @@
 //! alive and starts a new one on the current runtime when it is not.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -80,6 +81,9 @@ struct TasksInner {
     /// Cancelled by [`Tasks::close`]: tasks that would otherwise run for
     /// the client's lifetime end on it.
     stop: CancellationToken,
+    /// Set by [`Tasks::close`]; read on every acquire attempt (a plain
+    /// atomic: the token's own check takes a lock).
+    closed: AtomicBool,
 }
 
 impl Tasks {
@@ -121,7 +125,7 @@ impl Tasks {
 
     /// True once [`Tasks::close`] was called.
     pub(crate) fn is_closed(&self) -> bool {
-        self.inner.stop.is_cancelled()
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// Fires when [`Tasks::close`] is called.
@@ -137,6 +141,7 @@ impl Tasks {
     /// Marks the set closed: [`Tasks::stopped`] fires, and
     /// [`Tasks::wait`] can finish.
     pub(crate) fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
         self.inner.stop.cancel();
         self.inner.tracker.close();
     }

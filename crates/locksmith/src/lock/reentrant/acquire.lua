@@ -20,7 +20,11 @@
 -- The fencing counter is read or incremented before anything is written,
 -- so a counter key of the wrong type fails the request with nothing
 -- changed.
-local function acquire(key, token_key, lease, owner, expected)
+-- Request i's KEYS start after k and its ARGV after a (batch.lua); read
+-- here rather than by a wrapper, which would cost a call per request.
+local function acquire(k, a)
+    local key, token_key = KEYS[k + 1], KEYS[k + 2]
+    local lease, owner, expected = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
     -- Fast path: a free lock costs four calls.
     if expected == '0' and redis.call('exists', key) == 0 then
         local token = next_token(token_key)
@@ -39,6 +43,4 @@ local function acquire(key, token_key, lease, owner, expected)
     return reenter(key, token_key, owner, tonumber(held), expected, lease)
 end
 
-return each_request(2, 3, function(k, a)
-    return acquire(KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-end)
+return each_request(2, 3, acquire)

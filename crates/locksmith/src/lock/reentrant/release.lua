@@ -25,8 +25,12 @@
 -- A hand-off increments the fencing counter before writing anything, so a
 -- counter key of the wrong type fails the request with nothing changed.
 -- announce() and listeners() come from announce.lua.
-local function release(key, channel, token_key, lease, owner, expected, message,
-                       successor, successor_lease, if_alone, mode, episode, ttl)
+-- Request i's KEYS start after k and its ARGV after a (batch.lua).
+local function release(k, a)
+    local key, channel, token_key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+    local lease, owner, expected, message = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+    local successor, successor_lease, if_alone = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+    local mode, episode, ttl = ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
     local held = redis.call('hget', key, owner)
     -- Fast path: the last hold of a lock nobody waits for here; counts are
     -- compared as the decimal strings they are, without conversion.
@@ -73,8 +77,4 @@ local function release(key, channel, token_key, lease, owner, expected, message,
     return other_count(held, expected)
 end
 
-return each_request(3, 10, function(k, a)
-    return release(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1], ARGV[a + 2],
-        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8],
-        ARGV[a + 9], ARGV[a + 10])
-end)
+return each_request(3, 10, release)
