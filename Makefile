@@ -10,6 +10,8 @@ lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p locksmith --all-targets --features blocking -- -D warnings
+	$(CARGO) clippy -p seckill --all-targets --features demo -- -D warnings
+	./scripts/check-lean-service
 
 test: lint
 	$(CARGO) test --workspace --all-targets
@@ -20,7 +22,7 @@ test: lint
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
 # for 500 items; prints the table and writes results/seckill-demo.{json,svg}.
 demo: setup
-	$(CARGO) run --release -p seckill -- demo
+	$(CARGO) run --release -p seckill --features demo -- demo
 
 fmt:
 	$(CARGO) fmt --all

@@ -15,10 +15,14 @@
 //!   [`state::AppState::order_ids`]).
 //! - [`repair`]: what `/healthz` checks, and the operator's repair commands.
 //! - [`server`]: running an instance with graceful shutdown.
-//! - [`demo`]: `seckill demo`, the experiment with numbers.
+//! - `demo` (with the `demo` feature, which `make demo` turns on):
+//!   `seckill demo`, the experiment with numbers. The service build leaves
+//!   it out, and with it the test kit, plotting, progress bars and HTTP
+//!   client it needs.
 
 pub mod config;
 pub mod db;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod error;
 pub mod keys;

@@ -1,4 +1,5 @@
-//! `seckill`: run the flash-sale service (`serve`) or the experiment (`demo`).
+//! `seckill`: run the flash-sale service (`serve`) or, built with the
+//! `demo` feature (`make demo`), the experiment (`demo`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use seckill::config::{Config, PipelineConfig, Strategy};
 use seckill::db::DbOptions;
+#[cfg(feature = "demo")]
 use seckill::demo::{self, DemoOptions};
 use seckill::server::{shutdown_signal, Server};
 
@@ -15,7 +17,9 @@ use seckill::server::{shutdown_signal, Server};
 #[command(
     name = "seckill",
     version,
-    about = "Flash-sale service on locksmith, and the oversell experiment"
+    about = "Flash-sale service on locksmith, and the oversell experiment",
+    after_help = "The oversell experiment (`seckill demo`) is in builds with the `demo` feature: \
+                  `make demo`, or `cargo run --release -p seckill --features demo -- demo`."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +32,7 @@ enum Cmd {
     Serve(ServeArgs),
     /// Run every strategy on two instances with thousands of buyers and
     /// print (and save) the results.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
     /// Put a voucher's dead-lettered orders back into the sale (each one
     /// whose item and buyer are still free); prints what it did as JSON.
@@ -153,6 +158,7 @@ struct RepairArgs {
     conn: ConnArgs,
 }
 
+#[cfg(feature = "demo")]
 #[derive(Debug, clap::Args)]
 struct DemoArgs {
     /// Redis URL; without it (and without REDIS_URL) a private redis-server
@@ -212,6 +218,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Cmd::Serve(args) => serve(args).await,
+            #[cfg(feature = "demo")]
             Cmd::Demo(args) => run_demo(args).await,
             Cmd::ReplayDeadLetters(target) => {
                 let state = repair_state(&target).await?;
@@ -294,6 +301,7 @@ fn print_json(report: &impl serde::Serialize) -> Result<(), seckill::state::BoxE
     Ok(())
 }
 
+#[cfg(feature = "demo")]
 async fn run_demo(args: DemoArgs) -> Result<(), seckill::state::BoxError> {
     let options = DemoOptions {
         redis_url: args.redis_url,
