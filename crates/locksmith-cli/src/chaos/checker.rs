@@ -502,7 +502,13 @@ impl Wipes<'_> {
 
 /// Rule 3: a later grant inside a hold the server confirmed at release, or
 /// before the earlier holder's own lease view ended, unless the earlier
-/// hold was wiped (see [`Wipes::wiped`]).
+/// hold was wiped (see [`Wipes::wiped`]) or the later grant was dead on
+/// arrival: its holder's own lease view had already ended when the grant
+/// reached it (a reply slower than the lease, or a holder paused between
+/// the server's grant and its record). Such a holder never held the lock
+/// as far as it knew, so it did nothing under it; the server had granted
+/// it earlier (its token is the smaller), and its lease ran out there
+/// before the next grant.
 fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violation>) {
     let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.granted);
@@ -510,6 +516,9 @@ fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violat
         for b in &sorted[i + 1..] {
             if b.granted >= a.end {
                 break;
+            }
+            if b.valid_until_at(b.granted) <= b.granted {
+                continue;
             }
             let confirmed = a.release == Some(ReleaseOutcome::Ok);
             let view = a.valid_until_at(b.granted);
@@ -693,6 +702,59 @@ mod tests {
         h.extend(hold("w1", "x", 10, 100, ReleaseOutcome::Ok));
         // w2 granted 20 ms into w1's confirmed hold.
         h.extend(hold("w2", "x", 11, 120, ReleaseOutcome::Ok));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    /// A grant whose reply took longer than the lease: recorded inside a
+    /// later holder's confirmed hold, with a smaller token (the server
+    /// granted it first) and a lease view that had ended before it arrived.
+    fn dead_on_arrival(valid_until_ms: u64) -> Vec<Event> {
+        let mut h = starts();
+        h.extend(hold("w1", "x", 20, 100, ReleaseOutcome::Ok));
+        h.extend([
+            Event::AcquireInvoke {
+                t: 0,
+                p: s("w2"),
+                lock: s("x"),
+            },
+            Event::AcquireOk {
+                t: 120 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                valid_until: valid_until_ms * MS,
+            },
+            Event::Lost {
+                t: 120 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                source: s("poll"),
+            },
+            Event::ReleaseInvoke {
+                t: 121 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+            },
+            Event::ReleaseDone {
+                t: 122 * MS,
+                p: s("w2"),
+                lock: s("x"),
+                token: 10,
+                outcome: ReleaseOutcome::NotHeld,
+            },
+        ]);
+        h
+    }
+
+    #[test]
+    fn a_grant_dead_on_arrival_is_not_an_overlap() {
+        let h = dead_on_arrival(90);
+        assert!(!rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+        // The same grant with a lease view still running when it arrived
+        // is a holder inside a confirmed hold.
+        let h = dead_on_arrival(500);
         assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
     }
 
