@@ -103,3 +103,44 @@ async fn unsafe_writes_its_oversell_to_the_database() {
 async fn local_mutex_writes_its_oversell_to_the_database() {
     racy_sale(Strategy::LocalMutex).await;
 }
+
+/// The lock strategy's take step (counter minus one, buyer recorded) is one
+/// step: a failure between its two writes loses no item. The failure here
+/// is a buyers key turned into a string while the purchase waits for the
+/// voucher lock (after it checked the buyer, before it writes); it stands
+/// for Redis dying between the two writes, which cannot be staged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_take_step_loses_no_item() {
+    let h = Harness::start(Strategy::Lock, 1).await;
+    let voucher = h.create_voucher(5).await;
+    let locks = locksmith::Client::open(&h.redis.url()).await.unwrap();
+    let held = locks
+        .lock(seckill::keys::voucher_lock(voucher))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let meddle = async {
+        // The purchase has checked the buyer and queues for the lock.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut conn = h.redis.connection().unwrap();
+        let buyers = seckill::keys::buyers(voucher);
+        let _: () = redis::cmd("SET")
+            .arg(&buyers)
+            .arg("not a set")
+            .query(&mut conn)
+            .unwrap();
+        held.release().await.unwrap();
+    };
+    let ((status, body), ()) = tokio::join!(h.buy(0, voucher, 1), meddle);
+    assert!(
+        status >= 500,
+        "the purchase cannot record its buyer: {status} {body}"
+    );
+    let mut conn = h.redis.connection().unwrap();
+    let stock: i64 = redis::cmd("GET")
+        .arg(seckill::keys::stock(voucher))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(stock, 5, "an item was taken for a buyer never recorded");
+}

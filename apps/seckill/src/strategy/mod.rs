@@ -104,9 +104,29 @@ async fn already_bought(
     Ok(bought)
 }
 
+/// Takes one item and records its buyer in one step: either both happen or
+/// neither does (a script is atomic, also against Redis dying in the
+/// middle, as AOF and replicas get its writes as one transaction). The
+/// buyer goes in first, so a wrong-type buyers key fails the step with
+/// nothing written. The counter is written only while it exists: had Redis
+/// lost its data since the read, writing would revive it from a stale
+/// value and the service would go on selling from state it no longer has.
+///
+/// KEYS[1] stock counter, KEYS[2] buyers set; ARGV[1] the new count,
+/// ARGV[2] user id. Answers 1 taken, 0 counter gone.
+static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
+         redis.call('SADD', KEYS[2], ARGV[2]) \
+         redis.call('SET', KEYS[1], ARGV[1]) return 1",
+    )
+});
+
 /// The read-check-write every synchronous strategy runs under its own kind
-/// of exclusion (or none): read the counter, refuse at zero, write it back
-/// minus one, record the buyer. `Ok(false)` means sold out.
+/// of exclusion (or none): read the counter, refuse at zero, then write it
+/// back minus one and record the buyer in one step ([`TAKE`]). The read
+/// and the write stay two round trips on purpose: between them is where
+/// the racy strategies oversell. `Ok(false)` means sold out.
 async fn read_check_write(
     state: &AppState,
     voucher: &Voucher,
@@ -122,23 +142,16 @@ async fn read_check_write(
     if stock <= 0 {
         return Ok(false);
     }
-    // XX: write only over the value read. Had Redis lost its data since
-    // the GET, a plain SET would revive the counter from a stale value and
-    // the service would go on selling from state it no longer has.
-    let written: Option<String> = redis::cmd("SET")
-        .arg(stock_key)
+    let taken: i64 = TAKE
+        .key(stock_key)
+        .key(keys::buyers(voucher.id))
         .arg(stock - 1)
-        .arg("XX")
-        .query_async(&mut conn)
+        .arg(user_id)
+        .invoke_async(&mut conn)
         .await?;
-    if written.is_none() {
+    if taken == 0 {
         return Err(lost_state(voucher));
     }
-    let _: () = redis::cmd("SADD")
-        .arg(keys::buyers(voucher.id))
-        .arg(user_id)
-        .query_async(&mut conn)
-        .await?;
     Ok(true)
 }
 
