@@ -11,6 +11,7 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p locksmith --all-targets --features blocking -- -D warnings
 	$(CARGO) clippy -p seckill --all-targets --features demo -- -D warnings
+	$(CARGO) clippy -p seckill --lib --bins -- -D warnings
 	./scripts/check-lean-service
 
 test: lint

@@ -2,6 +2,7 @@
 //! `demo` feature (`make demo`), the experiment (`demo`).
 
 use std::net::SocketAddr;
+#[cfg(feature = "demo")]
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,6 +27,8 @@ struct Cli {
     command: Cmd,
 }
 
+// Parsed once at start-up: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run one service instance until Ctrl-C or SIGTERM.
