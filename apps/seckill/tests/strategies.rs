@@ -121,9 +121,29 @@ async fn a_failed_take_step_loses_no_item() {
         .await
         .unwrap();
     let meddle = async {
-        // The purchase has checked the buyer and queues for the lock.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Once the purchase queues for the voucher lock (it listens on the
+        // lock's release channel), it has checked the buyer already.
+        let channel = format!(
+            "redisson_lock__channel:{}",
+            seckill::keys::voucher_lock(voucher)
+        );
         let mut conn = h.redis.connection().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut conn)
+                .unwrap();
+            if listeners > 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the purchase never queued for the voucher lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let buyers = seckill::keys::buyers(voucher);
         let _: () = redis::cmd("SET")
             .arg(&buyers)

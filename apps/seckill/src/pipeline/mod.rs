@@ -133,7 +133,7 @@ struct Consumer {
 /// What became of one entry.
 enum Handled {
     /// Written, or settled for good: acknowledge, in this mode (the
-    /// [`ACK`] script's: 0 written, 1 give the item back, 2 and the buyer).
+    /// [`ack::ACK`] script's: 0 written, 1 give the item back, 2 and the buyer).
     Done(Option<Order>, u8),
     /// Moved to the dead-letter stream (acknowledged there).
     Moved,

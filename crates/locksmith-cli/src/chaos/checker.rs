@@ -505,10 +505,11 @@ impl Wipes<'_> {
 /// hold was wiped (see [`Wipes::wiped`]) or the later grant was dead on
 /// arrival: its holder's own lease view had already ended when the grant
 /// reached it (a reply slower than the lease, or a holder paused between
-/// the server's grant and its record). Such a holder never held the lock
-/// as far as it knew, so it did nothing under it; the server had granted
-/// it earlier (its token is the smaller), and its lease ran out there
-/// before the next grant.
+/// the server's grant and its record) and its token is the smaller one
+/// (the server made it first). Such a holder never held the lock as far as
+/// it knew, so it did nothing under it, and its lease ran out on the server
+/// before the next grant. A dead grant with the larger token is still an
+/// overlap: the server granted it while the other hold was there.
 fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violation>) {
     let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.granted);
@@ -517,7 +518,7 @@ fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violat
             if b.granted >= a.end {
                 break;
             }
-            if b.valid_until_at(b.granted) <= b.granted {
+            if b.valid_until_at(b.granted) <= b.granted && b.token < a.token {
                 continue;
             }
             let confirmed = a.release == Some(ReleaseOutcome::Ok);
@@ -708,7 +709,7 @@ mod tests {
     /// A grant whose reply took longer than the lease: recorded inside a
     /// later holder's confirmed hold, with a smaller token (the server
     /// granted it first) and a lease view that had ended before it arrived.
-    fn dead_on_arrival(valid_until_ms: u64) -> Vec<Event> {
+    fn dead_on_arrival(valid_until_ms: u64, token: u64) -> Vec<Event> {
         let mut h = starts();
         h.extend(hold("w1", "x", 20, 100, ReleaseOutcome::Ok));
         h.extend([
@@ -721,27 +722,27 @@ mod tests {
                 t: 120 * MS,
                 p: s("w2"),
                 lock: s("x"),
-                token: 10,
+                token,
                 valid_until: valid_until_ms * MS,
             },
             Event::Lost {
                 t: 120 * MS,
                 p: s("w2"),
                 lock: s("x"),
-                token: 10,
+                token,
                 source: s("poll"),
             },
             Event::ReleaseInvoke {
                 t: 121 * MS,
                 p: s("w2"),
                 lock: s("x"),
-                token: 10,
+                token,
             },
             Event::ReleaseDone {
                 t: 122 * MS,
                 p: s("w2"),
                 lock: s("x"),
-                token: 10,
+                token,
                 outcome: ReleaseOutcome::NotHeld,
             },
         ]);
@@ -750,11 +751,18 @@ mod tests {
 
     #[test]
     fn a_grant_dead_on_arrival_is_not_an_overlap() {
-        let h = dead_on_arrival(90);
-        assert!(!rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+        // As the worker records it: the view ends at the grant itself.
+        for valid_until in [120, 90] {
+            let h = dead_on_arrival(valid_until, 10);
+            assert!(!rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+        }
         // The same grant with a lease view still running when it arrived
         // is a holder inside a confirmed hold.
-        let h = dead_on_arrival(500);
+        let h = dead_on_arrival(500, 10);
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+        // A dead grant with the larger token was made while the confirmed
+        // hold was on the server: a double grant, whatever its holder knew.
+        let h = dead_on_arrival(120, 30);
         assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
     }
 

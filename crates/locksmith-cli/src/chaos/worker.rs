@@ -144,13 +144,16 @@ async fn hold_once(
         }
     };
     let token = guard.fencing_token();
-    let valid_until = |g: &locksmith::LockGuard| now() + g.remaining_lease().as_nanos() as u64;
+    // One clock reading for the grant and its lease view: a grant whose
+    // lease was already over when it arrived records a view ending at the
+    // grant itself (the checker tells such a grant by that).
+    let granted = now();
     rec.record(Event::AcquireOk {
-        t: now(),
+        t: granted,
         p: p.clone(),
         lock: name.to_owned(),
         token,
-        valid_until: valid_until(&guard),
+        valid_until: granted + guard.remaining_lease().as_nanos() as u64,
     });
     // The lost signal, recorded the moment it fires.
     let watcher = {
