@@ -20,6 +20,16 @@ const LEASE: Duration = Duration::from_secs(30);
 /// wait for its lock's 30 s lease, or for ever).
 const PROMPT: Duration = Duration::from_secs(3);
 
+/// A client of the server behind `proxy`.
+async fn through(proxy: &FaultProxy) -> Client {
+    Client::builder(proxy.url())
+        .lease(LEASE)
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap()
+}
+
 type Wait = Pin<Box<dyn Future<Output = ErrorKind> + Send>>;
 
 /// Every kind of wait the client offers, each blocked by `holder`'s holds
@@ -248,12 +258,7 @@ async fn after_close_holds_are_lost_acquires_refused_and_releases_still_work() {
 async fn close_returns_after_the_release_of_a_dropped_guard_is_done() {
     let server = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-    let client = Client::builder(proxy.url())
-        .lease(LEASE)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let client = through(&proxy).await;
     let guard = client.lock("dropped").unwrap().lock().await.unwrap();
     let permits = {
         let s = client.semaphore("given-back").unwrap();
@@ -289,12 +294,7 @@ async fn close_returns_after_a_cancelled_acquire_was_undone() {
     // One client per kind, so one kind's slower clean-up cannot cover
     // another's.
     for key in ["cancelled", "cancelled-fair", "cancelled-simple"] {
-        let client = Client::builder(proxy.url())
-            .lease(LEASE)
-            .command_timeout(Duration::from_secs(2))
-            .build()
-            .await
-            .unwrap();
+        let client = through(&proxy).await;
         let acquire = |client: Client| async move {
             let _ = match key {
                 "cancelled" => client.lock(key).unwrap().lock().await.map(drop),
@@ -331,12 +331,7 @@ async fn close_returns_after_a_cancelled_acquire_was_undone() {
 async fn close_within_says_when_background_work_outlived_the_bound() {
     let server = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-    let client = Client::builder(proxy.url())
-        .lease(LEASE)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let client = through(&proxy).await;
     let guard = client.lock("stuck").unwrap().lock().await.unwrap();
     proxy.set_mode(FaultMode::BlackHole);
     drop(guard);

@@ -367,9 +367,8 @@ impl RedlockNodes {
     pub async fn close(&self) -> Result<()> {
         let within = self
             .inner
-            .nodes
+            .connected()
             .iter()
-            .filter_map(|n| n.connected())
             .map(|c| c.config().connect_timeout + c.config().command_timeout * 2)
             .max()
             .unwrap_or(ClientBuilder::DEFAULT_CONNECT_TIMEOUT);
@@ -398,12 +397,7 @@ impl RedlockNodes {
         let until = Instant::now() + within;
         let tasks = self.inner.tasks();
         tasks.close();
-        let clients: Vec<Client> = self
-            .inner
-            .nodes
-            .iter()
-            .filter_map(|n| n.connected())
-            .collect();
+        let clients = self.inner.connected();
         for client in &clients {
             // Wakes the set's waiters registered on the nodes' hubs.
             client.shut();
@@ -411,12 +405,7 @@ impl RedlockNodes {
         let mut finished = tasks.wait(within).await;
         // Again: a reconnect that was under way may have brought a node up
         // since (its task is among those just waited for).
-        let clients: Vec<Client> = self
-            .inner
-            .nodes
-            .iter()
-            .filter_map(|n| n.connected())
-            .collect();
+        let clients = self.inner.connected();
         for client in &clients {
             let left = until.saturating_duration_since(Instant::now());
             finished &= client.close_within(left).await.is_ok();
@@ -478,6 +467,11 @@ impl RedlockNodes {
 }
 
 impl Nodes {
+    /// The clients of the nodes connected now.
+    fn connected(&self) -> Vec<Client> {
+        self.nodes.iter().filter_map(|n| n.connected()).collect()
+    }
+
     /// The set's background work (every node shares it; a set has at
     /// least three nodes).
     fn tasks(&self) -> &Tasks {
