@@ -155,7 +155,7 @@ impl ClientBuilder {
     pub const DEFAULT_MAX_LOCAL_HANDOFFS: u32 = 16;
     /// Default wait for replica acknowledgements: 1 second, as Redisson's
     /// `slavesSyncTimeout`.
-    pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = crate::engine::conn::DEFAULT_ACK_TIMEOUT;
     /// Default health-check period of the pub/sub connection: 5 seconds.
     pub const DEFAULT_PUBSUB_PING_INTERVAL: Duration = Duration::from_secs(5);
     /// Default longest wait between re-checks of a semaphore or latch
@@ -610,6 +610,12 @@ impl Client {
     /// The options this client was built with.
     pub(crate) fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Metric labels for one object of this client: its kind, and its name
+    /// when the client was built with `metric_names`.
+    pub(crate) fn labels(&self, kind: &'static str, name: &str) -> crate::engine::observe::Labels {
+        crate::engine::observe::Labels::of(kind, name, self.config().metric_names)
     }
 
     /// How long (ms) a final release's receipt stays on the server (see

@@ -8,6 +8,11 @@ use std::time::Duration;
 /// connection); see `Error::may_resend`.
 pub(crate) const ATTEMPTS: usize = 3;
 
+/// Default wait for replica acknowledgements (`ClientBuilder`'s
+/// `DEFAULT_REPLICA_ACK_TIMEOUT`): 1 second, as Redisson's
+/// `slavesSyncTimeout`.
+pub(crate) const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
 use redis::{RedisResult, Value};
 
 /// Connection timing, from the client's options.

@@ -57,7 +57,7 @@ pub(crate) struct HoldState {
     pub(crate) token: u64,
     /// This process's id of the current hold episode (from 1; 0 for none):
     /// what its final release's receipt holds. Fencing tokens cannot serve
-    /// here, as read holds granted while others read share one.
+    /// here, as holds granted side by side may share one.
     pub(crate) episode: u64,
     /// Watchdog registration of the current episode (also for fixed leases,
     /// where it only runs the expiry timer).
@@ -158,10 +158,11 @@ impl Sends {
 
 /// Reads a release's answer (`status`, `value`, see the module docs) into
 /// the owner's hold. `rearm` is the lease a release re-arms remaining holds
-/// to, or `None` when the kind's release does not touch their leases (read
-/// holds keep their own). A re-arm is measured from the send that did it,
-/// and a resend answered "nothing changed" may only move the deadline
-/// earlier (the first send re-armed it, no earlier than it went out).
+/// to, or `None` when the kind's release does not touch their leases (holds
+/// that each keep a lease of their own). A re-arm is measured from the
+/// send that did it, and a resend answered "nothing changed" may only move
+/// the deadline earlier (the first send re-armed it, no earlier than it
+/// went out).
 /// Answers what became of the hold.
 pub(crate) fn apply_release(
     hold: &mut HoldState,

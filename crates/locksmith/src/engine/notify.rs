@@ -495,8 +495,8 @@ pub(crate) enum Check<T> {
 const MIN_PAUSE: Duration = Duration::from_millis(5);
 
 impl NotifyHub {
-    /// The wait loop every waiting primitive but the lock shares (the lock
-    /// adds local hand-off to it): check; if not done, join `channel`'s
+    /// The shared wait loop (a kind with local hand-off wraps it in its
+    /// own): check; if not done, join `channel`'s
     /// queue with `policy` and `need`; check again if a message may have
     /// slipped in before joining; then sleep until a message wakes this
     /// waiter, the check's hint, `recheck` (a lost message costs at most

@@ -43,11 +43,8 @@ pub(crate) struct Labels {
 }
 
 impl Labels {
-    pub(crate) fn new(client: &crate::Client, kind: &'static str, name: &str) -> Labels {
-        Labels::of(kind, name, client.config().metric_names)
-    }
-
-    /// Labels for an object not tied to one client (it spans several).
+    /// Labels for `kind` and `name`, the name only `with_name` (the
+    /// client's `metric_names` option).
     pub(crate) fn of(kind: &'static str, name: &str, with_name: bool) -> Labels {
         Labels {
             kind,

@@ -3,8 +3,8 @@
 -- data: restarted without persistence, flushed) starts from the server's
 -- clock in microseconds instead of from 1, so tokens keep increasing
 -- across such a loss as long as the server's clock does not step back
--- and grants come less than once per microsecond. Redisson's fenced lock
--- INCRs the same key and continues from there.
+-- and grants come less than once per microsecond. Redisson INCRs the
+-- same key and continues from there.
 local function next_token(key)
     local token = redis.call('incr', key)
     if token == 1 then

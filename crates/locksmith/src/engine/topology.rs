@@ -908,7 +908,7 @@ pub(crate) async fn replica_acks(
         // call room within the command timeout.
         None if replicas > 0 => Ok(Acks {
             min: 1,
-            timeout: crate::ClientBuilder::DEFAULT_REPLICA_ACK_TIMEOUT.min(command_timeout / 2),
+            timeout: crate::engine::conn::DEFAULT_ACK_TIMEOUT.min(command_timeout / 2),
         }),
         None => Ok(Acks::default()),
         Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {

@@ -271,8 +271,7 @@ impl FairLock {
     /// out, and in any case every third of the wait timeout, which
     /// refreshes this waiter's give-up time.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels =
-            crate::engine::observe::Labels::new(&self.shared.client, "fair-lock", self.name());
+        let labels = self.shared.client.labels("fair-lock", self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 

@@ -297,8 +297,7 @@ impl MultiLock {
         cancel: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<MultiGuard>> {
         let first = &self.members[0];
-        let labels =
-            crate::engine::observe::Labels::new(first.client(), "multi-lock", first.name());
+        let labels = first.client().labels("multi-lock", first.name());
         crate::engine::observe::acquire(&labels, first.name(), self.acquire_inner(wait, cancel))
             .await
     }

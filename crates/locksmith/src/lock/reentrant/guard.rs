@@ -53,7 +53,7 @@ enum Holder {
 
 impl LockGuard {
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
-        let hold = Hold::new(Labels::new(lock.client(), "lock", lock.name()), lock.name());
+        let hold = Hold::new(lock.client().labels("lock", lock.name()), lock.name());
         LockGuard {
             holder: Some(Holder::Reentrant(lock)),
             token,
@@ -63,10 +63,7 @@ impl LockGuard {
     }
 
     pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
-        let hold = Hold::new(
-            Labels::new(lock.client(), "fair-lock", lock.name()),
-            lock.name(),
-        );
+        let hold = Hold::new(lock.client().labels("fair-lock", lock.name()), lock.name());
         LockGuard {
             holder: Some(Holder::Fair(lock)),
             token,
@@ -85,7 +82,7 @@ impl LockGuard {
             Side::Read => "read-lock",
             Side::Write => "write-lock",
         };
-        let hold = Hold::new(Labels::new(lock.client(), kind, lock.name()), lock.name());
+        let hold = Hold::new(lock.client().labels(kind, lock.name()), lock.name());
         LockGuard {
             holder: Some(Holder::ReadWrite(lock, side)),
             token,
@@ -101,7 +98,7 @@ impl LockGuard {
         registration: Registration,
     ) -> Self {
         let hold = Hold::new(
-            Labels::new(lock.client(), "simple-lock", lock.name()),
+            lock.client().labels("simple-lock", lock.name()),
             lock.name(),
         );
         LockGuard {

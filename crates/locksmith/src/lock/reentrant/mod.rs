@@ -350,7 +350,7 @@ impl Lock {
     /// (always when the subscription is new), then sleep until woken or until the holder's lease or
     /// our wait runs out, and try again.
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = crate::engine::observe::Labels::new(&self.shared.client, "lock", self.name());
+        let labels = self.shared.client.labels("lock", self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 

@@ -342,7 +342,7 @@ impl ReadWriteLock {
             Side::Read => "read-lock",
             Side::Write => "write-lock",
         };
-        let labels = crate::engine::observe::Labels::new(&self.shared.client, kind, self.name());
+        let labels = self.shared.client.labels(kind, self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(side, wait)).await
     }
 

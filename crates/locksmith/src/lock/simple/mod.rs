@@ -163,8 +163,7 @@ impl SimpleLock {
     }
 
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels =
-            crate::engine::observe::Labels::new(&self.shared.client, "simple-lock", self.name());
+        let labels = self.shared.client.labels("simple-lock", self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 

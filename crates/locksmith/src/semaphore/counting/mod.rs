@@ -263,8 +263,7 @@ impl Semaphore {
         permits: u64,
         wait: Option<Duration>,
     ) -> Result<Option<SemaphorePermits>> {
-        let labels =
-            crate::engine::observe::Labels::new(&self.shared.client, "semaphore", self.name());
+        let labels = self.shared.client.labels("semaphore", self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(permits, wait))
             .await
     }
@@ -374,7 +373,7 @@ impl Semaphore {
             semaphore: Some(self.clone()),
             permits,
             hold: Some(crate::engine::observe::Hold::new(
-                crate::engine::observe::Labels::new(&self.shared.client, "semaphore", self.name()),
+                self.shared.client.labels("semaphore", self.name()),
                 self.name(),
             )),
         }

@@ -245,11 +245,7 @@ impl ExpirableSemaphore {
     /// Tries, then waits on the channel, re-checking no later than when the
     /// nearest lease runs out (nothing announces an expiry).
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
-        let labels = crate::engine::observe::Labels::new(
-            &self.shared.client,
-            "permit-semaphore",
-            self.name(),
-        );
+        let labels = self.shared.client.labels("permit-semaphore", self.name());
         crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 
@@ -376,11 +372,7 @@ impl ExpirableSemaphore {
             registration: Some(registration),
             id,
             hold: Some(crate::engine::observe::Hold::new(
-                crate::engine::observe::Labels::new(
-                    &self.shared.client,
-                    "permit-semaphore",
-                    self.name(),
-                ),
+                self.shared.client.labels("permit-semaphore", self.name()),
                 self.name(),
             )),
         }))
