@@ -160,6 +160,11 @@ pub struct Config {
     pub max_pipeline_lag: Duration,
     /// The order pipeline.
     pub pipeline: PipelineConfig,
+    /// Order ids reserved per Redis round trip (the id generator's block
+    /// mode, `INCRBY`): a purchase takes its id locally, without a round
+    /// trip, except once per block. Ids an instance reserved but did not
+    /// use when it stops are skipped (gaps, never repeats).
+    pub order_id_block: u32,
 }
 
 impl Config {
@@ -179,6 +184,7 @@ impl Config {
             finished_ttl: Duration::from_secs(24 * 3600),
             max_pipeline_lag: Duration::from_secs(30),
             pipeline: PipelineConfig::default(),
+            order_id_block: DEFAULT_ORDER_ID_BLOCK,
         }
     }
 
@@ -210,6 +216,12 @@ impl Config {
                 return Err(format!("the {name} must be greater than zero"));
             }
         }
+        if self.order_id_block == 0 || self.order_id_block > MAX_ORDER_ID_BLOCK {
+            return Err(format!(
+                "the order id block must be between 1 and {MAX_ORDER_ID_BLOCK}, not {}",
+                self.order_id_block
+            ));
+        }
         if self.consumer_name.trim().is_empty() {
             return Err("the consumer name must not be empty".into());
         }
@@ -238,6 +250,12 @@ impl Config {
         Ok(())
     }
 }
+
+/// Order ids reserved per round trip unless configured otherwise.
+pub const DEFAULT_ORDER_ID_BLOCK: u32 = 1000;
+
+/// The largest order id block the id generator takes (2^20).
+pub const MAX_ORDER_ID_BLOCK: u32 = 1 << 20;
 
 /// What a purchase's Redis round trips may take at most, in
 /// [`Config::purchase_budget`] (a handful of commands, each bounded by the
@@ -300,6 +318,11 @@ mod tests {
         let mut c = base();
         c.consumer_name = " ".into();
         assert!(c.validate().unwrap_err().contains("consumer name"));
+        for block in [0, MAX_ORDER_ID_BLOCK + 1] {
+            let mut c = base();
+            c.order_id_block = block;
+            assert!(c.validate().unwrap_err().contains("order id block"));
+        }
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub fn dead_letter_stream(voucher: i64) -> String {
 
 /// Hash of the `lua` gate's accepted orders not yet written: user id ->
 /// order id. The pipeline removes an entry when it writes (or gives up on)
-/// the order; `GET /vouchers/{id}/orders/mine` reads it.
+/// the order; `GET /orders/{id}` and `GET /vouchers/{id}/orders/mine`
+/// read it meanwhile.
 pub fn pending(voucher: i64) -> String {
     format!("seckill:pending:{{{voucher}}}")
 }
@@ -52,11 +53,6 @@ pub fn voucher_lock(voucher: i64) -> String {
 /// The lock of one stock segment (the `segmented` strategy).
 pub fn segment_lock(voucher: i64, segment: i64) -> String {
     format!("seckill:lock:{{{voucher}}}:{segment}")
-}
-
-/// `<voucher>:<user>` while an accepted order travels through the stream.
-pub fn order_status(order: i64) -> String {
-    format!("seckill:order-status:{order}")
 }
 
 /// Every key of a voucher's sale but the dead-letter stream and the locks:

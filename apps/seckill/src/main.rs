@@ -93,6 +93,10 @@ struct ServeArgs {
     /// stock lock or all segment locks together) before answering 503.
     #[arg(long, env = "SECKILL_LOCK_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
     lock_wait: Duration,
+    /// Order ids reserved per Redis round trip (1 to 1048576); ids an
+    /// instance reserved but did not use when it stops are skipped.
+    #[arg(long, env = "SECKILL_ORDER_ID_BLOCK", default_value_t = seckill::config::DEFAULT_ORDER_ID_BLOCK)]
+    order_id_block: u32,
     /// Lease of the purchase locks (per-user and stock).
     #[arg(long, env = "SECKILL_LOCK_LEASE", default_value = "15s", value_parser = humantime::parse_duration)]
     lock_lease: Duration,
@@ -263,6 +267,7 @@ async fn serve(args: ServeArgs) -> Result<(), seckill::state::BoxError> {
     config.segments = args.segments;
     config.lock_wait = args.lock_wait;
     config.lock_lease = args.lock_lease;
+    config.order_id_block = args.order_id_block;
     config.request_timeout = args.request_timeout;
     config.db = DbOptions {
         acquire_timeout: args.db_pool_wait,

@@ -94,7 +94,9 @@ impl AppState {
             .await?;
         let redis_client = redis::Client::open(config.redis_url.as_str())?;
         let db = Db::connect(&config.database_url, config.db).await?;
-        let order_ids = locks.id_generator("seckill:order-seq")?;
+        let order_ids = locks
+            .id_generator("seckill:order-seq")?
+            .with_block(config.order_id_block)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,

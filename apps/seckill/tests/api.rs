@@ -271,6 +271,80 @@ async fn a_purchase_goes_through_its_states() {
     }
 }
 
+/// A `lua` purchase costs the service one Redis command: the gate's
+/// EVALSHA. The order id comes from the id generator's reserved block and
+/// no status hint is written beside the gate (the pending hash serves
+/// `GET /orders/{id}`). Counted with `INFO commandstats` around one
+/// purchase, after a first one loaded the script and reserved the block;
+/// the API runs no pipeline here, so nothing else talks to Redis.
+#[tokio::test]
+async fn a_lua_purchase_is_one_redis_command() {
+    let api = Api::start(Strategy::Lua).await;
+    let (_, v) = api.create(voucher(10, -5, 60), Some(ADMIN)).await;
+    let id = v["id"].to_string();
+    let (s, body) = api.buy(&id, Some("1")).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let mut admin = redis::Client::open(api._redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .unwrap();
+    let (s, body) = api.buy(&id, Some("2")).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut admin)
+        .unwrap();
+    let mut calls: std::collections::BTreeMap<String, u64> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let n = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), n))
+        })
+        .collect();
+    // This test's own commands.
+    calls.retain(|name, _| !name.starts_with("config") && name != "info");
+    // What the gate runs inside the script, once each, beside the one
+    // command the service sent.
+    let expected: std::collections::BTreeMap<String, u64> = [
+        "evalsha",
+        "hmget",
+        "get",
+        "time",
+        "sismember",
+        "decr",
+        "sadd",
+        "hset",
+        "xadd",
+    ]
+    .into_iter()
+    .map(|c| (c.to_owned(), 1))
+    .collect();
+    assert_eq!(calls, expected, "{info}");
+    // The order is visible as pending to its buyer and an admin, through
+    // the pending hash alone.
+    let order_id = body["order_id"].as_str().unwrap();
+    let (s, o) = api.get_as(&format!("/orders/{order_id}"), "2").await;
+    assert_eq!(
+        (s, o["status"].as_str()),
+        (StatusCode::OK, Some("pending")),
+        "{o}"
+    );
+    let (s, o) = api.get_admin(&format!("/orders/{order_id}")).await;
+    assert_eq!((s, o["user_id"].as_i64()), (StatusCode::OK, Some(2)), "{o}");
+    let (s, _) = api.get_as(&format!("/orders/{order_id}"), "1").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
 /// Runs the order pipeline of this state for a moment.
 async fn run_pipeline_briefly(api: &Api) {
     let token = tokio_util::sync::CancellationToken::new();

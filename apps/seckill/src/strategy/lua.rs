@@ -1,7 +1,9 @@
 //! `lua`: one atomic script (`gate.lua`) checks the window, the stock and
 //! the buyer set, decrements, records the buyer and appends the order to the
-//! voucher's stream. No lock, one round trip; the [`crate::pipeline`] writes
-//! the order to the database afterwards.
+//! voucher's stream. No lock, one round trip: the order id comes from the
+//! id generator's reserved block (a round trip once per block, see
+//! `--order-id-block`), and the gate's pending-hash entry is the order's
+//! only state until the [`crate::pipeline`] writes it to the database.
 
 use std::sync::LazyLock;
 
@@ -54,26 +56,13 @@ pub(super) async fn purchase(
         Err(e) => return Err(e.into()),
     };
     match code {
-        0 => {
-            // Lets GET /orders/{id} say "pending" until the pipeline writes
-            // the order; losing this hint only makes that answer 404 for a
-            // moment (GET /vouchers/{id}/orders/mine still finds it), so a
-            // failure here does not undo the purchase.
-            let marked: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(keys::order_status(id))
-                .arg(format!("{}:{user_id}", voucher.id))
-                .arg("EX")
-                .arg(86_400)
-                .query_async(&mut conn)
-                .await;
-            if let Err(e) = marked {
-                tracing::warn!(order_id = id, "cannot mark order pending: {e}");
-            }
-            Ok(Accepted {
-                order_id: id,
-                pending: true,
-            })
-        }
+        // The gate's pending-hash entry is what `GET /orders/{id}` and
+        // `/mine` read until the pipeline writes the order: nothing more
+        // to send.
+        0 => Ok(Accepted {
+            order_id: id,
+            pending: true,
+        }),
         1 => Err(AppError::SoldOut),
         // A client that resends a command after a dropped connection (the
         // Cluster client does) can run the gate twice: the second run finds
