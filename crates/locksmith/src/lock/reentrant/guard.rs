@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::lease::LeaseState;
-use crate::engine::observe::{Grant, Hold, Labels};
+use crate::engine::observe::{Grant, Hold};
 use crate::engine::renewal::Registration;
 #[cfg(doc)]
 use crate::error::Error;
