@@ -89,6 +89,19 @@ fn the_demo_shows_oversell_and_its_fixes() {
     assert_eq!(k["pass"], true, "{k}");
     let table = demo_table(dir.path());
     assert!(table.contains("verdict"), "{table}");
+    // The HTTP ceiling: every round measured the empty route on its own
+    // instances, the table prints it as a row and every strategy's rate as
+    // a fraction of it.
+    assert!(table.contains("empty route"), "{table}");
+    assert!(table.contains("x ceil"), "{table}");
+    assert!(
+        report["ceiling"]["requests_per_sec"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    for r in report["results"].as_array().unwrap() {
+        let ceiling = r["ceiling"]["requests_per_sec"].as_f64().unwrap();
+        assert!(ceiling > 0.0, "no ceiling measured: {r}");
+    }
     assert!(table.contains("one user, many requests"), "{table}");
     assert!(table.contains("consumer killed mid-sale"), "{table}");
     for strategy in ["unsafe", "local-mutex"] {

@@ -39,6 +39,7 @@ async fn restart_mid_sale(strategy: Strategy) {
             requests_per_buyer: 1,
             concurrency: 4,
             time_limit: Duration::from_secs(30),
+            route: seckill::demo::load::Route::Purchase,
         };
         seckill::demo::load::run(&plan, &indicatif::ProgressBar::hidden()).await
     });

@@ -16,6 +16,8 @@ use crate::routes::USER_HEADER;
 pub enum Outcome {
     /// 201 with this order id.
     Accepted(i64),
+    /// 200: the answer of a route that buys nothing ([`Route::Empty`]).
+    Served,
     /// 202 `outcome_unknown`: the purchase was still running at the
     /// service's deadline, or the gate's reply was lost; the buyer must
     /// look at `GET /vouchers/{id}/orders/mine`.
@@ -48,6 +50,17 @@ pub struct LoadRun {
     pub elapsed: Duration,
 }
 
+/// What every request of a load run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /vouchers/{id}/orders` as buyer `X-User-Id`: a purchase.
+    Purchase,
+    /// `GET /livez` with the same header: the service's HTTP stack and
+    /// nothing else (no Redis, no database), the ceiling a purchase route
+    /// can reach through the same balancer and instances.
+    Empty,
+}
+
 /// Plan of one load run.
 #[derive(Debug, Clone)]
 pub struct LoadPlan {
@@ -66,6 +79,8 @@ pub struct LoadPlan {
     pub concurrency: usize,
     /// The whole run stops after this long; unanswered buyers time out.
     pub time_limit: Duration,
+    /// What the requests ask for.
+    pub route: Route,
 }
 
 /// Runs the buyers; ticks `progress` once per answer.
@@ -84,11 +99,12 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
     // so they race each other.
     for i in 0..plan.buyers * per_buyer {
         let user_id = plan.first_user + (i / per_buyer) as i64;
-        let url = format!(
-            "{}/vouchers/{}/orders",
-            plan.instances[i % plan.instances.len()],
-            plan.voucher_id
-        );
+        let base = &plan.instances[i % plan.instances.len()];
+        let route = plan.route;
+        let url = match route {
+            Route::Purchase => format!("{base}/vouchers/{}/orders", plan.voucher_id),
+            Route::Empty => format!("{base}/livez"),
+        };
         let http = http.clone();
         let gate = gate.clone();
         tasks.spawn(async move {
@@ -100,7 +116,12 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
                 };
             };
             let t0 = Instant::now();
-            let request = http.post(&url).header(USER_HEADER, user_id).send();
+            let request = match route {
+                Route::Purchase => http.post(&url),
+                Route::Empty => http.get(&url),
+            }
+            .header(USER_HEADER, user_id)
+            .send();
             let outcome = match tokio::time::timeout_at(deadline, async {
                 let response = request.await?;
                 let status = response.status().as_u16();
@@ -117,6 +138,7 @@ pub async fn run(plan: &LoadPlan, progress: &ProgressBar) -> LoadRun {
                     Some(id) => Outcome::Accepted(id),
                     None => Outcome::Rejected(201, "no order id".into()),
                 },
+                Ok(Ok((200, _))) if route == Route::Empty => Outcome::Served,
                 Ok(Ok((202, _))) => Outcome::Unknown,
                 Ok(Ok((status, body))) => Outcome::Rejected(
                     status,
@@ -150,7 +172,7 @@ pub fn latency_quantile(samples: &[Sample], q: f64) -> Duration {
         .filter(|s| {
             matches!(
                 s.outcome,
-                Outcome::Accepted(_) | Outcome::Unknown | Outcome::Rejected(..)
+                Outcome::Accepted(_) | Outcome::Served | Outcome::Unknown | Outcome::Rejected(..)
             )
         })
         .map(|s| s.latency)

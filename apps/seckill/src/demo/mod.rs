@@ -22,7 +22,8 @@ use tokio::process::{Child, Command};
 
 use crate::config::Strategy;
 use crate::state::BoxError;
-use load::{LoadPlan, Outcome};
+use load::{LoadPlan, LoadRun, Outcome, Route};
+use report::Ceiling;
 use report::{DuplicateResult, KilledResult, Report, StrategyResult};
 
 /// What `seckill demo` runs.
@@ -260,12 +261,14 @@ pub async fn run(options: DemoOptions) -> Result<(Report, PathBuf, PathBuf), Box
     } else {
         None
     };
+    let ceiling = report::median_ceiling(&results);
     let report = Report {
         balancer: balancer_used,
         instances: INSTANCES,
         buyers: options.buyers,
         stock: options.stock,
         concurrency: options.concurrency,
+        ceiling,
         results,
         duplicates,
         killed,
@@ -420,6 +423,7 @@ async fn run_duplicates(round: &Round<'_>) -> Result<DuplicateResult, BoxError> 
         requests_per_buyer: DUP_REQUESTS_EACH,
         concurrency: options.concurrency,
         time_limit: options.time_limit,
+        route: Route::Purchase,
     };
     let run = load::run(&plan, &ProgressBar::hidden()).await;
     let accepted = accepted_ids(&run);
@@ -500,6 +504,7 @@ async fn run_killed_consumer(
             requests_per_buyer: 1,
             concurrency: options.concurrency,
             time_limit: options.time_limit,
+            route: Route::Purchase,
         };
         // Both consumers run before the first buyer (a new voucher is
         // discovered within a second), so the victim's one is mid-work when
@@ -643,6 +648,7 @@ async fn run_strategy(round: &Round<'_>) -> Result<StrategyResult, BoxError> {
     } else {
         ProgressBar::hidden()
     };
+    let ceiling = measure_ceiling(round).await;
     let plan = LoadPlan {
         instances: targets.to_vec(),
         voucher_id,
@@ -651,6 +657,7 @@ async fn run_strategy(round: &Round<'_>) -> Result<StrategyResult, BoxError> {
         requests_per_buyer: 1,
         concurrency: options.concurrency,
         time_limit: options.time_limit,
+        route: Route::Purchase,
     };
     let run = load::run(&plan, &progress).await;
     progress.set_message("draining");
@@ -715,5 +722,51 @@ async fn run_strategy(round: &Round<'_>) -> Result<StrategyResult, BoxError> {
         p50_ms: load::latency_quantile(&run.samples, 0.5).as_secs_f64() * 1e3,
         p99_ms: load::latency_quantile(&run.samples, 0.99).as_secs_f64() * 1e3,
         stock: options.stock,
+        ceiling,
     })
+}
+
+/// The empty route (`GET /livez`) through this round's balancer and
+/// instances, with the sale's request count and concurrency: the best of
+/// [`report::CEILING_RUNS`] runs. Counts answered requests only, as the
+/// strategies' rate does.
+async fn measure_ceiling(round: &Round<'_>) -> Ceiling {
+    let options = round.options;
+    let plan = LoadPlan {
+        instances: round.targets.to_vec(),
+        voucher_id: 0,
+        first_user: 1,
+        buyers: options.buyers,
+        requests_per_buyer: 1,
+        concurrency: options.concurrency,
+        time_limit: options.time_limit,
+        route: Route::Empty,
+    };
+    let mut best: Option<Ceiling> = None;
+    for _ in 0..report::CEILING_RUNS {
+        let run = load::run(&plan, &ProgressBar::hidden()).await;
+        let c = ceiling_of(&run);
+        if best.is_none_or(|b| c.requests_per_sec > b.requests_per_sec) {
+            best = Some(c);
+        }
+    }
+    best.unwrap_or(Ceiling {
+        requests_per_sec: 0.0,
+        p50_ms: 0.0,
+        p99_ms: 0.0,
+    })
+}
+
+/// An empty-route run's rate and latencies.
+fn ceiling_of(run: &LoadRun) -> Ceiling {
+    let served = run
+        .samples
+        .iter()
+        .filter(|s| s.outcome == Outcome::Served)
+        .count();
+    Ceiling {
+        requests_per_sec: served as f64 / run.elapsed.as_secs_f64().max(1e-9),
+        p50_ms: load::latency_quantile(&run.samples, 0.5).as_secs_f64() * 1e3,
+        p99_ms: load::latency_quantile(&run.samples, 0.99).as_secs_f64() * 1e3,
+    }
 }

@@ -48,9 +48,34 @@ pub struct StrategyResult {
     pub p99_ms: f64,
     /// Items on sale.
     pub stock: i64,
+    /// What the same balancer and instances answered on the empty route
+    /// (`GET /livez`) just before the sale, with as many requests and as
+    /// many in flight: the HTTP stack's own limit in this round.
+    pub ceiling: Ceiling,
 }
 
+/// The empty route's run in one round (the best of [`CEILING_RUNS`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ceiling {
+    /// Requests per second.
+    pub requests_per_sec: f64,
+    /// Median latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile latency, milliseconds.
+    pub p99_ms: f64,
+}
+
+/// Runs of the empty route per round; the fastest counts, as a ceiling
+/// should (a slower run only met more noise from the shared machine).
+pub const CEILING_RUNS: usize = 3;
+
 impl StrategyResult {
+    /// The strategy's requests per second as a fraction of its round's
+    /// ceiling.
+    pub fn of_ceiling(&self) -> f64 {
+        self.requests_per_sec / self.ceiling.requests_per_sec.max(1e-9)
+    }
+
     /// True when the row meets the safe strategies' promise: exactly the
     /// stock sold, to distinct users, nothing lost, nothing oversold.
     pub fn is_exact(&self) -> bool {
@@ -126,11 +151,22 @@ pub struct Report {
     pub concurrency: usize,
     /// One row per strategy.
     pub results: Vec<StrategyResult>,
+    /// The median of the rounds' ceilings (by requests per second): the
+    /// table's `empty route` row.
+    pub ceiling: Option<Ceiling>,
     /// The one-order-per-user race, per strategy (empty without
     /// experiments).
     pub duplicates: Vec<DuplicateResult>,
     /// The killed-consumer experiment, when run.
     pub killed: Option<KilledResult>,
+}
+
+/// The median of the rounds' ceilings by requests per second (the upper
+/// one of an even count); `None` without rounds.
+pub fn median_ceiling(results: &[StrategyResult]) -> Option<Ceiling> {
+    let mut ceilings: Vec<Ceiling> = results.iter().map(|r| r.ceiling).collect();
+    ceilings.sort_by(|a, b| a.requests_per_sec.total_cmp(&b.requests_per_sec));
+    ceilings.get(ceilings.len() / 2).copied()
 }
 
 /// `PASS` or `FAIL`.
@@ -153,7 +189,7 @@ pub fn table(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7} {:>7} {:>7}  verdict",
+        "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7} {:>6} {:>7} {:>7}  verdict",
         "strategy",
         "buyers",
         "201 ok",
@@ -165,13 +201,34 @@ pub fn table(report: &Report) -> String {
         "sold_out",
         "errors",
         "req/s",
+        "x ceil",
         "p50 ms",
         "p99 ms"
     );
+    if let Some(c) = &report.ceiling {
+        let _ = writeln!(
+            out,
+            "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7.0} {:>6} {:>7.1} {:>7.1}  -",
+            "empty route",
+            report.buyers,
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            c.requests_per_sec,
+            "1.00",
+            c.p50_ms,
+            c.p99_ms
+        );
+    }
     for r in &report.results {
         let _ = writeln!(
             out,
-            "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7.0} {:>7.1} {:>7.1}  {}",
+            "{:<12} {:>6} {:>6} {:>6} {:>8} {:>8} {:>4} {:>4} {:>8} {:>6} {:>7.0} {:>6.2} {:>7.1} {:>7.1}  {}",
             label(r.strategy),
             r.requests,
             r.accepted,
@@ -183,6 +240,7 @@ pub fn table(report: &Report) -> String {
             r.sold_out,
             r.errors + r.unavailable,
             r.requests_per_sec,
+            r.of_ceiling(),
             r.p50_ms,
             r.p99_ms,
             verdict(r.is_exact())
@@ -194,7 +252,10 @@ pub fn table(report: &Report) -> String {
          dup = buyers with two orders; lost = answered 201 but never written; sold_out = 409 answers;\n\
          errors = 503s, time-outs and transport failures. PASS = exactly the stock sold, once per buyer,\n\
          nothing lost (the racy strategies unsafe and local-mutex are expected to FAIL).\n\
-         lua* answers 201 before the database write: a stream consumer writes the order afterwards.",
+         lua* answers 201 before the database write: a stream consumer writes the order afterwards.\n\
+         empty route = GET /livez (no Redis, no database) through the same balancer and instances,\n\
+         as many requests, as many in flight: the HTTP stack's own limit (median of the rounds).\n\
+         x ceil = a strategy's req/s over the empty route's, measured just before it on its own instances.",
         report.stock
     );
     if !report.duplicates.is_empty() {

@@ -184,6 +184,7 @@ impl Harness {
             requests_per_buyer: 1,
             concurrency,
             time_limit: Duration::from_secs(60),
+            route: load::Route::Purchase,
         };
         load::run(&plan, &indicatif::ProgressBar::hidden()).await
     }
