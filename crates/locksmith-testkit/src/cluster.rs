@@ -130,12 +130,29 @@ impl RedisCluster {
     /// When a server or `redis-cli` fails, or the cluster does not become
     /// ready in time; the error says what was last seen.
     pub fn start() -> io::Result<RedisCluster> {
+        Self::start_with(None)
+    }
+
+    /// As [`start`](Self::start), with every node also listening for TLS
+    /// ([`RedisServerBuilder::tls`](crate::RedisServerBuilder::tls)) and
+    /// the cluster bus and replication over TLS (`tls-cluster yes`,
+    /// `tls-replication yes`): a client connected over TLS hears the
+    /// nodes' TLS ports in `CLUSTER SLOTS` and redirects. The plain ports
+    /// stay for setup and assertions.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub fn start_tls(files: &crate::TlsFiles) -> io::Result<RedisCluster> {
+        Self::start_with(Some(files))
+    }
+
+    fn start_with(tls: Option<&crate::TlsFiles>) -> io::Result<RedisCluster> {
         // Only holds redis-cli's output, for the error of a failed create.
         let dir = tempfile::Builder::new()
             .prefix("locksmith-cluster-")
             .tempdir()?;
         let nodes = (0..NODES)
-            .map(|_| start_node())
+            .map(|_| start_node(tls))
             .collect::<io::Result<Vec<_>>>()?;
         create(&nodes, dir.path())?;
         let ids = nodes
@@ -156,6 +173,15 @@ impl RedisCluster {
     /// `127.0.0.1:<port>` of every node, in index order.
     pub fn addrs(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::addr).collect()
+    }
+
+    /// `127.0.0.1:<TLS port>` of every node, in index order (a cluster
+    /// from [`start_tls`](Self::start_tls); empty otherwise).
+    pub fn tls_addrs(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.tls_port().map(|p| format!("127.0.0.1:{p}")))
+            .collect()
     }
 
     /// Seed URLs for `redis::cluster::ClusterClient::new`: every node, so a
@@ -418,7 +444,7 @@ fn nodes_of(addr: &str) -> Result<Vec<NodeLine>, String> {
 /// Starts one cluster-enabled server. The bus port is chosen explicitly
 /// (`cluster-port`) because the default, port + 10000, can exceed 65535 for
 /// a port from the ephemeral range.
-fn start_node() -> io::Result<RedisServer> {
+fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
     let mut last_err = None;
     for _ in 0..5 {
         let port = free_port()?;
@@ -426,7 +452,14 @@ fn start_node() -> io::Result<RedisServer> {
         if bus == port {
             continue;
         }
-        let started = RedisServer::builder()
+        let mut builder = RedisServer::builder();
+        if let Some(files) = tls {
+            builder = builder
+                .tls(files, false)
+                .config("tls-cluster", "yes")
+                .config("tls-replication", "yes");
+        }
+        let started = builder
             .port(port)
             .config("cluster-enabled", "yes")
             .config("cluster-config-file", "nodes.conf")

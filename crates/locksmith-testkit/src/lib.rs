@@ -11,6 +11,8 @@
 //!   primaries with a replica each, with manual and automatic failover.
 //! - [`SentinelGroup`] (`sentinel.rs`): a primary, two replicas and three
 //!   Sentinels, with a failover on demand.
+//! - [`TlsFiles`] (`tls.rs`): a throwaway CA and certificates for TLS
+//!   servers ([`RedisServerBuilder::tls`]) and clients.
 //! - [`FaultProxy`] (`proxy.rs`): a TCP proxy in front of any of them that
 //!   passes, delays, black-holes or resets traffic on command.
 //!
@@ -27,9 +29,11 @@ mod process;
 mod proxy;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use nodes::RedisNodes;
 pub use proxy::{FaultMode, FaultProxy};
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
+pub use tls::TlsFiles;

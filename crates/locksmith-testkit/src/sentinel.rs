@@ -71,7 +71,7 @@ impl SentinelGroup {
         // it reports the failure.
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once() {
+            match Self::start_once(None) {
                 Ok(group) => return Ok(group),
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => last = Some(e),
                 Err(e) => return Err(e),
@@ -81,14 +81,24 @@ impl SentinelGroup {
     }
 
     /// One attempt of [`SentinelGroup::start`].
-    fn start_once() -> io::Result<SentinelGroup> {
-        let primary = RedisServer::start()?;
+    fn start_once(tls: Option<&crate::TlsFiles>) -> io::Result<SentinelGroup> {
+        // Every process also speaks TLS when asked, and replication, the
+        // Sentinels' checks and their hellos then go over TLS ports.
+        let builder = || {
+            let b = RedisServer::builder();
+            match tls {
+                Some(files) => b.tls(files, false).config("tls-replication", "yes"),
+                None => b,
+            }
+        };
+        let primary = builder().start()?;
+        let primary_port = primary.tls_port().unwrap_or(primary.port());
         let mut servers = vec![primary];
         for _ in 0..REPLICAS {
-            let replica = RedisServer::builder()
+            let replica = builder()
                 .arg("--replicaof")
                 .arg("127.0.0.1")
-                .arg(servers[0].port().to_string())
+                .arg(primary_port.to_string())
                 .start()?;
             servers.push(replica);
         }
@@ -103,11 +113,11 @@ impl SentinelGroup {
              sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n",
-            port = servers[0].port()
+            port = primary_port
         );
         let sentinels = (0..SENTINELS)
             .map(|_| {
-                RedisServer::builder()
+                builder()
                     .config_file(conf.clone())
                     .arg("--sentinel")
                     .start()
@@ -125,6 +135,36 @@ impl SentinelGroup {
                 .try_for_each(|s| sentinel_ready(&s.addr()))
         })?;
         Ok(group)
+    }
+
+    /// As [`start`](Self::start), with every data node and Sentinel also
+    /// listening for TLS ([`RedisServerBuilder::tls`](crate::RedisServerBuilder::tls))
+    /// and replication and the Sentinels' own traffic over TLS: the
+    /// Sentinels name the primary's TLS port. The plain ports stay for
+    /// setup and assertions; a failover is not supported on such a group
+    /// ([`wait_for_failover`](Self::wait_for_failover) speaks plain ports).
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub fn start_tls(files: &crate::TlsFiles) -> io::Result<SentinelGroup> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_once(Some(files)) {
+                Ok(group) => return Ok(group),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("sentinel group did not start")))
+    }
+
+    /// `127.0.0.1:<TLS port>` of every Sentinel (a group from
+    /// [`start_tls`](Self::start_tls); empty otherwise).
+    pub fn tls_sentinel_addrs(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.tls_port().map(|p| format!("127.0.0.1:{p}")))
+            .collect()
     }
 
     /// The name the Sentinels know the primary by, for

@@ -21,6 +21,7 @@ use crate::engine::conn::{Acks, NotifyMode, Timing};
 use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
 use crate::engine::scripts::{Invocation, Lua};
+use crate::engine::security::{Credentials, Security, TlsOptions};
 use crate::engine::subscriber::Source;
 use crate::engine::task::Tasks;
 use crate::engine::topology::{
@@ -69,6 +70,10 @@ pub(crate) struct Config {
     /// Whether final releases leave a receipt that lets a resend tell
     /// "released" from "already lost" (see `ClientBuilder::release_receipts`).
     pub(crate) release_receipts: bool,
+    /// TLS options (see `ClientBuilder::tls`).
+    pub(crate) tls: TlsOptions,
+    /// Credentials for the Sentinels themselves.
+    pub(crate) sentinel_credentials: Option<Credentials>,
 }
 
 impl Default for Config {
@@ -85,6 +90,8 @@ impl Default for Config {
             replica_acks: None,
             metric_names: false,
             release_receipts: false,
+            tls: TlsOptions::default(),
+            sentinel_credentials: None,
         }
     }
 }
@@ -207,6 +214,62 @@ impl ClientBuilder {
     /// to decide whether work done under the lock must be checked again.
     pub fn release_receipts(mut self, on: bool) -> Self {
         self.config.release_receipts = on;
+        self
+    }
+
+    /// Uses TLS even when the URL's scheme is a plain one (`redis://`,
+    /// `redis+sentinel://`, `redis+cluster://` are taken as `rediss://`,
+    /// `rediss+sentinel://`, `rediss+cluster://`). A `rediss…` URL needs
+    /// no call. Without a CA file the servers' certificates are checked
+    /// against the system's roots.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.config.tls.force = on;
+        self
+    }
+
+    /// Checks the servers' certificates against the certificate
+    /// authorities in this PEM file (read when the client is built)
+    /// instead of the system's roots. Applies to every connection: the
+    /// command and pub/sub connections, the Sentinels and every node of a
+    /// cluster. Implies TLS; a URL that cannot carry it (a Unix socket) is
+    /// refused.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.tls.ca_file = Some(path.into());
+        self
+    }
+
+    /// Presents this client certificate and private key (PEM files, read
+    /// when the client is built) to servers that ask for one (mutual TLS:
+    /// `tls-auth-clients yes`). Implies TLS.
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.config.tls.client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Skips every check of the servers' certificates (issuer, expiry,
+    /// host name). **For tests only**: anyone between the client and the
+    /// server can read and change the traffic. Implies TLS.
+    pub fn tls_insecure(mut self, on: bool) -> Self {
+        self.config.tls.insecure = on;
+        self
+    }
+
+    /// Credentials for the Sentinels themselves (a Sentinel configured
+    /// with `requirepass` or ACL users); the URL's credentials are the
+    /// data nodes'. `username` `None` is the default user.
+    pub fn sentinel_credentials(
+        mut self,
+        username: Option<&str>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.config.sentinel_credentials = Some(Credentials {
+            username: username.map(str::to_owned),
+            password: Some(password.into()),
+        });
         self
     }
 
@@ -354,12 +417,21 @@ impl ClientBuilder {
         if config.max_name_len == 0 {
             return Err(Error::invalid("max_name_len must be greater than zero"));
         }
-        let address = Address::parse(&self.url)?;
+        let mut address = Address::parse(&self.url, config.tls.wanted())?;
+        if let Some(credentials) = &config.sentinel_credentials {
+            if !matches!(address, Address::Sentinel { .. }) {
+                return Err(Error::invalid(
+                    "sentinel_credentials is for redis+sentinel:// URLs only",
+                ));
+            }
+            address = address.with_sentinel_credentials(credentials);
+        }
+        let security = Security::load(&config.tls)?;
         let timing = Timing {
             connect: config.connect_timeout,
             command: config.command_timeout,
         };
-        let conn = topology::connect(&address, timing)
+        let conn = topology::connect(&address, timing, &security)
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
@@ -384,15 +456,13 @@ impl ClientBuilder {
             _ => NotifyMode::Classic,
         };
         let source = match (&address, &conn) {
-            (Address::Single(url), _) => Source::Single(
-                redis::Client::open(url.as_str())
-                    .map_err(|e| Error::invalid(format!("bad Redis URL {url:?}: {e}")))?,
-            ),
+            (Address::Single(url), _) => Source::Single(security.client(url)?),
             (_, Conn::Sentinel(sentinel)) => Source::Sentinel(sentinel.clone()),
             (Address::Cluster { seeds }, _) => Source::Cluster {
                 seeds: seeds.clone(),
                 timing,
                 mode: notify,
+                security: security.clone(),
             },
             _ => return Err(Error::invalid("URL and connection disagree")),
         };

@@ -191,6 +191,37 @@ pub enum ErrorKind {
     Internal,
     /// The client was closed (see [`Error::Closed`]).
     Closed,
+    /// The server refused the credentials (wrong user or password, none
+    /// given where one is required), or the ACL user lacks the rights for
+    /// a command or key (`NOPERM`). Retrying with the same credentials
+    /// cannot succeed.
+    Auth,
+    /// The TLS handshake failed: a certificate that does not verify or
+    /// does not match the host, a server that wants a client certificate,
+    /// or TLS spoken to a port that does not speak it.
+    Tls,
+}
+
+/// True for the server's refusals of credentials or rights.
+fn is_auth_failure(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+}
+
+/// True for a failed TLS handshake (redis-rs reports rustls's errors as
+/// I/O errors; their text tells them apart).
+fn is_tls_failure(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    [
+        "invalid peer certificate",
+        "received fatal alert",
+        "tls handshake",
+        "InvalidContentType",
+        "corrupt message",
+        "CertificateRequired",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
 }
 
 /// Shorthand for `Result<T, locksmith::Error>`.
@@ -201,6 +232,8 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Connect { source, .. } if is_auth_failure(source) => ErrorKind::Auth,
+            Error::Connect { source, .. } if is_tls_failure(source) => ErrorKind::Tls,
             Error::Connect { .. } => ErrorKind::Connection,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::WrongType { .. } => ErrorKind::WrongType,
@@ -213,6 +246,7 @@ impl Error {
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Internal(_) => ErrorKind::Internal,
             Error::Closed { .. } => ErrorKind::Closed,
+            Error::Redis(e) if is_auth_failure(e) => ErrorKind::Auth,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()

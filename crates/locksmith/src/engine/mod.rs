@@ -18,6 +18,7 @@ pub(crate) mod notify;
 pub(crate) mod observe;
 pub(crate) mod renewal;
 pub(crate) mod scripts;
+pub(crate) mod security;
 pub(crate) mod subscriber;
 pub(crate) mod task;
 pub(crate) mod topology;

@@ -20,6 +20,7 @@ use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::{mpsc, watch};
 
 use crate::engine::conn::{NotifyMode, Timing};
+use crate::engine::security::Security;
 use crate::engine::topology::{cluster_client, SentinelConn};
 
 /// Where the hub's connection goes.
@@ -34,6 +35,7 @@ pub(crate) enum Source {
         seeds: Vec<String>,
         timing: Timing,
         mode: NotifyMode,
+        security: Security,
     },
 }
 
@@ -111,9 +113,10 @@ impl Subscriber {
                 seeds,
                 timing,
                 mode,
+                security,
             } => {
                 let (tx, pushes) = mpsc::unbounded_channel();
-                let client = cluster_client(seeds, *timing, Some(tx))
+                let client = cluster_client(seeds, *timing, Some(tx), security)
                     .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
                 let conn = client.get_async_connection().await?;
                 Ok(Subscriber::Cluster {

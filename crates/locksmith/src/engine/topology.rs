@@ -24,10 +24,11 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::engine::conn::{Acks, Timing};
+use crate::engine::security::{is_tls_url, Credentials, Security};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -56,21 +57,29 @@ impl Address {
     /// - `redis://[[user]:pass@]host[:port][/db]` (and anything else
     ///   redis-rs accepts for one server),
     /// - `redis+sentinel://[[user]:pass@]host:port[,host:port…]/service[/db]`,
-    /// - `redis+cluster://[[user]:pass@]host:port[,host:port…]`.
+    /// - `redis+cluster://[[user]:pass@]host:port[,host:port…]`,
+    ///
+    /// each also as `rediss…` (TLS), and `valkey…`/`valkeys…` as aliases.
+    /// With `force_tls`, a plain scheme is taken as its TLS form.
     ///
     /// Credentials in the Sentinel form are for the data nodes; the
-    /// Sentinels themselves are contacted without.
-    pub(crate) fn parse(url: &str) -> Result<Address> {
+    /// Sentinels themselves are contacted without, unless given apart
+    /// ([`Address::with_sentinel_credentials`]).
+    pub(crate) fn parse(url: &str, force_tls: bool) -> Result<Address> {
         let bad = |why: &str| Error::invalid(format!("bad Redis URL {url:?}: {why}"));
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| bad("expected scheme://..."))?;
-        let topology = match scheme {
-            "redis+sentinel" => "sentinel",
-            "redis+cluster" => "cluster",
-            "rediss+sentinel" | "rediss+cluster" => {
+        let (topology, tls) = match scheme {
+            "redis" | "valkey" => ("single", force_tls),
+            "rediss" | "valkeys" => ("single", true),
+            "redis+sentinel" | "valkey+sentinel" => ("sentinel", force_tls),
+            "rediss+sentinel" | "valkeys+sentinel" => ("sentinel", true),
+            "redis+cluster" | "valkey+cluster" => ("cluster", force_tls),
+            "rediss+cluster" | "valkeys+cluster" => ("cluster", true),
+            _ if force_tls => {
                 return Err(bad(
-                    "TLS is not enabled in this build of locksmith (use redis+sentinel:// or redis+cluster://)",
+                    "TLS was asked for, but this URL's scheme has no TLS form (use rediss://, rediss+sentinel:// or rediss+cluster://)",
                 ))
             }
             _ => {
@@ -79,6 +88,14 @@ impl Address {
                 return Ok(Address::Single(url.to_owned()));
             }
         };
+        let node_scheme = if tls { "rediss" } else { "redis" };
+        if topology == "single" {
+            let url = format!("{node_scheme}://{rest}");
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| bad(&e.to_string()))?;
+            return Ok(Address::Single(url));
+        }
         let (userinfo, rest) = match rest.rsplit_once('@') {
             Some((user, rest)) => (Some(user), rest),
             None => (None, rest),
@@ -114,7 +131,10 @@ impl Address {
                 return Err(bad("a cluster has only database 0"));
             }
             let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
-            let seeds = hosts.iter().map(|h| format!("redis://{auth}{h}")).collect();
+            let seeds = hosts
+                .iter()
+                .map(|h| format!("{node_scheme}://{auth}{h}"))
+                .collect();
             return Ok(Address::Cluster { seeds });
         }
         let mut parts = path.split('/').filter(|p| !p.is_empty());
@@ -134,12 +154,60 @@ impl Address {
             return Err(bad("expected /service[/db] after the hosts"));
         }
         Ok(Address::Sentinel {
-            sentinels: hosts.iter().map(|h| format!("redis://{h}")).collect(),
+            sentinels: hosts
+                .iter()
+                .map(|h| format!("{node_scheme}://{h}"))
+                .collect(),
             service,
             username,
             password,
             db,
         })
+    }
+
+    /// The same address with `credentials` for the Sentinels themselves
+    /// (a Sentinel with `requirepass` or ACL users); other topologies are
+    /// returned as they are.
+    pub(crate) fn with_sentinel_credentials(self, credentials: &Credentials) -> Address {
+        let Address::Sentinel {
+            sentinels,
+            service,
+            username,
+            password,
+            db,
+        } = self
+        else {
+            return self;
+        };
+        let user = credentials.username.as_deref().unwrap_or("");
+        let userinfo = match &credentials.password {
+            Some(p) => format!("{}:{}@", encode(user), encode(p)),
+            None if !user.is_empty() => format!("{}@", encode(user)),
+            None => String::new(),
+        };
+        let sentinels = sentinels
+            .iter()
+            .map(|s| match s.split_once("://") {
+                Some((scheme, host)) => format!("{scheme}://{userinfo}{host}"),
+                None => s.clone(),
+            })
+            .collect();
+        Address::Sentinel {
+            sentinels,
+            service,
+            username,
+            password,
+            db,
+        }
+    }
+
+    /// True when this address's connections use TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Address::Single(url) => is_tls_url(url),
+            Address::Sentinel { sentinels, .. } => sentinels.iter().any(|s| is_tls_url(s)),
+            Address::Cluster { seeds } => seeds.iter().any(|s| is_tls_url(s)),
+        }
     }
 
     /// A short description for errors and diagnostics.
@@ -155,7 +223,7 @@ impl Address {
                 "sentinel service {service:?} via {}",
                 sentinels
                     .iter()
-                    .map(|s| s.trim_start_matches("redis://"))
+                    .map(|s| strip_scheme(s.rsplit('@').next().unwrap_or(s)))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
@@ -163,16 +231,30 @@ impl Address {
                 "cluster via {}",
                 seeds
                     .iter()
-                    .map(|s| s
-                        .rsplit('@')
-                        .next()
-                        .unwrap_or(s)
-                        .trim_start_matches("redis://"))
+                    .map(|s| strip_scheme(s.rsplit('@').next().unwrap_or(s)))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
         }
     }
+}
+
+/// `host:port` of a node URL (no scheme, no credentials).
+fn strip_scheme(url: &str) -> &str {
+    url.split_once("://").map_or(url, |(_, rest)| rest)
+}
+
+/// Percent-encodes what a URL's user info cannot carry as it is.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The command connection of a client, whatever the topology. Cheap to
@@ -259,7 +341,11 @@ impl Conn {
 
 /// Connects to `address`; the first connection must succeed within about
 /// one connect timeout.
-pub(crate) async fn connect(address: &Address, timing: Timing) -> Result<Conn> {
+pub(crate) async fn connect(
+    address: &Address,
+    timing: Timing,
+    security: &Security,
+) -> Result<Conn> {
     let describe = address.describe();
     let fail = |source: redis::RedisError| Error::Connect {
         addr: describe.clone(),
@@ -269,22 +355,21 @@ pub(crate) async fn connect(address: &Address, timing: Timing) -> Result<Conn> {
     let work = async {
         match address {
             Address::Single(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| Error::invalid(format!("bad Redis URL {url:?}: {e}")))?;
+                let client = security.client(url)?;
                 let conn = ConnectionManager::new_with_config(client, manager_config(timing))
                     .await
                     .map_err(fail)?;
                 Ok(Conn::Single(conn))
             }
-            Address::Sentinel { .. } => SentinelConn::connect(address, timing)
+            Address::Sentinel { .. } => SentinelConn::connect(address, timing, security)
                 .await
                 .map(Conn::Sentinel),
             Address::Cluster { seeds } => {
-                let retrying = cluster_client(seeds, timing, None)?
+                let retrying = cluster_client(seeds, timing, None, security)?
                     .get_async_connection()
                     .await
                     .map_err(fail)?;
-                let once = cluster_client_with(seeds, timing, None, 0)?
+                let once = cluster_client_with(seeds, timing, None, 0, security)?
                     .get_async_connection()
                     .await
                     .map_err(fail)?;
@@ -314,8 +399,9 @@ pub(crate) fn cluster_client(
     seeds: &[String],
     timing: Timing,
     push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    security: &Security,
 ) -> Result<redis::cluster::ClusterClient> {
-    cluster_client_with(seeds, timing, push, CLUSTER_RETRIES)
+    cluster_client_with(seeds, timing, push, CLUSTER_RETRIES, security)
 }
 
 /// How often the cluster connection for idempotent calls resends a
@@ -331,6 +417,7 @@ fn cluster_client_with(
     timing: Timing,
     push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
     retries: u32,
+    security: &Security,
 ) -> Result<redis::cluster::ClusterClient> {
     let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(timing.connect)
@@ -343,7 +430,8 @@ fn cluster_client_with(
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(tx);
     }
-    builder
+    security
+        .cluster(builder, seeds.iter().any(|s| is_tls_url(s)))
         .build()
         .map_err(|e| Error::invalid(format!("bad cluster seed list {seeds:?}: {e}")))
 }
@@ -519,11 +607,17 @@ struct SentinelShared {
     epoch: watch::Sender<u64>,
     /// Connection options for a new primary.
     timing: Timing,
+    /// TLS of the connections to the Sentinels.
+    security: Security,
 }
 
 impl SentinelConn {
-    async fn connect(address: &Address, timing: Timing) -> Result<SentinelConn> {
-        let mut resolver = sentinel_client(address)?;
+    async fn connect(
+        address: &Address,
+        timing: Timing,
+        security: &Security,
+    ) -> Result<SentinelConn> {
+        let mut resolver = sentinel_client(address, security)?;
         let describe = address.describe();
         let Address::Sentinel { sentinels, .. } = address else {
             return Err(Error::invalid("not a Sentinel address"));
@@ -545,6 +639,7 @@ impl SentinelConn {
                 resolver: tokio::sync::Mutex::new(resolver),
                 epoch: watch::channel(0).0,
                 timing,
+                security: security.clone(),
             }),
         };
         tokio::spawn(watch_switches(
@@ -686,13 +781,13 @@ async fn watch_switches(shared: std::sync::Weak<SentinelShared>, sentinels: Vec<
             return;
         };
         let timing = strong.timing;
+        let client = strong.security.client(&sentinels[next % sentinels.len()]);
         drop(strong);
-        let url = &sentinels[next % sentinels.len()];
         next += 1;
         let opened = async {
-            let mut pubsub = redis::Client::open(url.as_str())?
-                .get_async_pubsub()
-                .await?;
+            let client = client
+                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+            let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
@@ -735,8 +830,10 @@ fn is_demoted(e: &redis::RedisError) -> bool {
         || text.contains("cannot be used with replica")
 }
 
-/// The redis-rs Sentinel client for a Sentinel address.
-fn sentinel_client(address: &Address) -> Result<SentinelClient> {
+/// The redis-rs Sentinel client for a Sentinel address: the Sentinels'
+/// own credentials come from their URLs, the data nodes' from the
+/// address, TLS (both) from `security`.
+fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelClient> {
     let Address::Sentinel {
         sentinels,
         service,
@@ -747,21 +844,38 @@ fn sentinel_client(address: &Address) -> Result<SentinelClient> {
     else {
         return Err(Error::invalid("not a Sentinel address"));
     };
-    let mut info = RedisConnectionInfo::default().set_db(*db);
-    if let Some(u) = username {
-        info = info.set_username(u);
-    }
-    if let Some(p) = password {
-        info = info.set_password(p);
-    }
-    let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
-    SentinelClient::build(
-        sentinels.clone(),
+    let bad =
+        |e: redis::RedisError| Error::invalid(format!("bad Sentinel list {sentinels:?}: {e}"));
+    let infos = sentinels
+        .iter()
+        .map(|s| s.as_str().into_connection_info())
+        .collect::<redis::RedisResult<Vec<_>>>()
+        .map_err(bad)?;
+    let mut builder = SentinelClientBuilder::new(
+        infos.iter().map(|i| i.addr().clone()),
         service.clone(),
-        Some(node),
         SentinelServerType::Master,
     )
-    .map_err(|e| Error::invalid(format!("bad Sentinel list {sentinels:?}: {e}")))
+    .map_err(bad)?
+    .set_client_to_redis_db(*db);
+    if let Some(u) = username {
+        builder = builder.set_client_to_redis_username(u);
+    }
+    if let Some(p) = password {
+        builder = builder.set_client_to_redis_password(p);
+    }
+    if let Some(first) = infos.first() {
+        if let Some(u) = first.redis_settings().username() {
+            builder = builder.set_client_to_sentinel_username(u);
+        }
+        if let Some(p) = first.redis_settings().password() {
+            builder = builder.set_client_to_sentinel_password(p);
+        }
+    }
+    security
+        .sentinel(builder, address.is_tls())
+        .build()
+        .map_err(bad)
 }
 
 /// A clear error for a failed Sentinel lookup: none reachable, or the
@@ -960,11 +1074,11 @@ mod tests {
     #[test]
     fn url_forms() {
         assert_eq!(
-            Address::parse("redis://127.0.0.1:6379/2").unwrap(),
+            Address::parse("redis://127.0.0.1:6379/2", false).unwrap(),
             Address::Single("redis://127.0.0.1:6379/2".into())
         );
         assert_eq!(
-            Address::parse("redis+sentinel://u:pw@h1:26379,h2:26380/mymaster/3").unwrap(),
+            Address::parse("redis+sentinel://u:pw@h1:26379,h2:26380/mymaster/3", false).unwrap(),
             Address::Sentinel {
                 sentinels: vec!["redis://h1:26379".into(), "redis://h2:26380".into()],
                 service: "mymaster".into(),
@@ -974,7 +1088,7 @@ mod tests {
             }
         );
         assert_eq!(
-            Address::parse("redis+cluster://:pw@h1:7000,h2:7001").unwrap(),
+            Address::parse("redis+cluster://:pw@h1:7000,h2:7001", false).unwrap(),
             Address::Cluster {
                 seeds: vec!["redis://:pw@h1:7000".into(), "redis://:pw@h2:7001".into()]
             }
@@ -986,11 +1100,56 @@ mod tests {
             "redis+sentinel:///mymaster",
             "redis+cluster://h1:0",
             "redis+cluster://h1:7000/3",
-            "rediss+cluster://h1:7000",
             "redis+sentinel://h1:1/s/x",
         ] {
-            let err = Address::parse(bad).unwrap_err();
+            let err = Address::parse(bad, false).unwrap_err();
             assert!(err.is_invalid_argument(), "{bad}: {err}");
         }
+        let err = Address::parse("redis+unix:///tmp/r.sock", true).unwrap_err();
+        assert!(err.to_string().contains("no TLS form"), "{err}");
+    }
+
+    #[test]
+    fn tls_and_valkey_forms() {
+        assert_eq!(
+            Address::parse("valkeys://u:p@h:6380/1", false).unwrap(),
+            Address::Single("rediss://u:p@h:6380/1".into())
+        );
+        assert_eq!(
+            Address::parse("redis://h:6379", true).unwrap(),
+            Address::Single("rediss://h:6379".into())
+        );
+        assert_eq!(
+            Address::parse("valkey://h:6379", false).unwrap(),
+            Address::Single("redis://h:6379".into())
+        );
+        let cluster = Address::parse("rediss+cluster://:pw@h1:7000,h2:7001", false).unwrap();
+        assert_eq!(
+            cluster,
+            Address::Cluster {
+                seeds: vec!["rediss://:pw@h1:7000".into(), "rediss://:pw@h2:7001".into()]
+            }
+        );
+        assert!(cluster.is_tls());
+        assert_eq!(cluster.describe(), "cluster via h1:7000,h2:7001");
+        let sentinel = Address::parse("valkey+sentinel://h1:26379/svc", true)
+            .unwrap()
+            .with_sentinel_credentials(&Credentials {
+                username: Some("sen".into()),
+                password: Some("p@ss:w".into()),
+            });
+        let Address::Sentinel { sentinels, .. } = &sentinel else {
+            panic!("{sentinel:?}");
+        };
+        assert_eq!(
+            sentinels,
+            &vec!["rediss://sen:p%40ss%3Aw@h1:26379".to_owned()]
+        );
+        assert!(sentinel.is_tls());
+        assert!(
+            !sentinel.describe().contains("p%40ss"),
+            "{}",
+            sentinel.describe()
+        );
     }
 }

@@ -133,7 +133,7 @@ fn admit(servers: &Servers, addr: &str, client: &Client) -> Result<()> {
 enum NodeState {
     Up(Client),
     Down {
-        builder: ClientBuilder,
+        builder: Box<ClientBuilder>,
         /// Why the last connection attempt failed.
         error: String,
         /// No new attempt before this.
@@ -219,7 +219,10 @@ impl RedlockNodes {
         check_count(builders.len())?;
         let addrs = builders
             .iter()
-            .map(|b| crate::engine::topology::Address::parse(b.url()).map(|a| a.describe()))
+            .map(|b| {
+                crate::engine::topology::Address::parse(b.url(), b.config().tls.wanted())
+                    .map(|a| a.describe())
+            })
             .collect::<Result<Vec<_>>>()?;
         check_distinct(addrs.iter().map(String::as_str))?;
         let lease = builders[0].config().lease;
@@ -246,7 +249,7 @@ impl RedlockNodes {
                         NodeState::Up(c)
                     }
                     Err(e) => NodeState::Down {
-                        builder,
+                        builder: Box::new(builder),
                         error: e.to_string(),
                         retry_at: now + RECONNECT_PAUSE,
                     },
@@ -506,7 +509,7 @@ impl Node {
                     // its task never finish, after it surely would have).
                     *retry_at =
                         Instant::now() + builder.config().connect_timeout * 2 + RECONNECT_PAUSE;
-                    let builder = builder.clone();
+                    let builder: Box<ClientBuilder> = builder.clone();
                     let node = self.clone();
                     self.tasks.detach(
                         "reconnecting a Redlock node",
@@ -515,7 +518,7 @@ impl Node {
                             // A node down at connect may turn out to be
                             // another node's server under a second name: it
                             // is then never counted.
-                            let built = builder.clone().build().await.and_then(|client| {
+                            let built = (*builder).clone().build().await.and_then(|client| {
                                 admit(&node.servers, &node.addr, &client).map(|()| client)
                             });
                             if let Err(e) = &built {

@@ -1,0 +1,253 @@
+//! TLS and credentials for every connection a client opens: the command
+//! connection, the pub/sub connection, the Sentinels and the nodes a
+//! cluster or a Sentinel names. One [`Security`] is built per client from
+//! its options and handed to whatever dials.
+//!
+//! TLS is rustls (through redis-rs's `tokio-rustls-comp`): the server's
+//! certificate is checked against the CA file given, or the system's
+//! roots without one; a client certificate and key make it mutual TLS;
+//! `insecure` turns every check off (for tests only).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use redis::cluster::ClusterClientBuilder;
+use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
+
+use crate::error::{Error, Result};
+
+/// The TLS options of a client, as the caller gave them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsOptions {
+    /// TLS even for a URL whose scheme does not ask for it.
+    pub(crate) force: bool,
+    /// PEM file of the certificate authorities that sign the servers'
+    /// certificates.
+    pub(crate) ca_file: Option<PathBuf>,
+    /// PEM files of this client's certificate and its private key.
+    pub(crate) client_cert: Option<(PathBuf, PathBuf)>,
+    /// No certificate checks at all.
+    pub(crate) insecure: bool,
+}
+
+impl TlsOptions {
+    /// True when any option asks for TLS.
+    pub(crate) fn wanted(&self) -> bool {
+        self.force || self.ca_file.is_some() || self.client_cert.is_some() || self.insecure
+    }
+}
+
+/// A user name and password (the password is never printed).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    /// ACL user; `None` for the default user.
+    pub(crate) username: Option<String>,
+    /// Password; `None` for none.
+    pub(crate) password: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// What every connection of one client is dialled with.
+#[derive(Clone, Default)]
+pub(crate) struct Security {
+    /// CA and client certificate, read from their files; `None` when
+    /// neither was given (the system's roots check the server).
+    certs: Option<TlsCertificates>,
+    /// Certificates are not checked.
+    insecure: bool,
+}
+
+impl fmt::Debug for Security {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Security")
+            .field("certs", &self.certs.is_some())
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+impl Security {
+    /// Reads the files `options` name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the file that cannot be read or
+    /// holds no PEM certificate (or key), and for a client certificate
+    /// without TLS.
+    pub(crate) fn load(options: &TlsOptions) -> Result<Security> {
+        let root_cert = match &options.ca_file {
+            Some(path) => Some(read_pem(path, "CA file", "CERTIFICATE")?),
+            None => None,
+        };
+        let client_tls = match &options.client_cert {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read_pem(cert, "client certificate", "CERTIFICATE")?,
+                client_key: read_pem(key, "client key", "PRIVATE KEY")?,
+            }),
+            None => None,
+        };
+        let certs = (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert,
+        });
+        Ok(Security {
+            certs,
+            insecure: options.insecure,
+        })
+    }
+
+    /// A redis-rs client for one server's URL (`redis://` or `rediss://`),
+    /// with this client's certificates when the URL is a TLS one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a URL redis-rs refuses, or PEM data
+    /// it cannot parse.
+    pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
+        let bad = |e: redis::RedisError| Error::invalid(format!("bad Redis URL {url:?}: {e}"));
+        let url = self.with_mode(url);
+        let info = url.as_str().into_connection_info().map_err(bad)?;
+        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return redis::Client::open(info).map_err(bad);
+        }
+        match &self.certs {
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone())
+                .map_err(|e| Error::invalid(format!("TLS certificates for {url:?}: {e}"))),
+            None => redis::Client::open(info).map_err(bad),
+        }
+    }
+
+    /// A `rediss://` URL in insecure mode carries redis-rs's `#insecure`.
+    fn with_mode(&self, url: &str) -> String {
+        if self.insecure && is_tls_url(url) && !url.contains('#') {
+            format!("{url}#insecure")
+        } else {
+            url.to_owned()
+        }
+    }
+
+    /// The TLS settings of a cluster connection whose seeds are
+    /// `rediss://` (every node the cluster names gets the same).
+    pub(crate) fn cluster(
+        &self,
+        mut builder: ClusterClientBuilder,
+        tls: bool,
+    ) -> ClusterClientBuilder {
+        if !tls {
+            return builder;
+        }
+        if let Some(certs) = &self.certs {
+            builder = builder.certs(certs.clone());
+        }
+        builder.tls(self.mode())
+    }
+
+    /// The TLS settings of the Sentinels' and the data nodes' connections.
+    pub(crate) fn sentinel(
+        &self,
+        mut builder: redis::sentinel::SentinelClientBuilder,
+        tls: bool,
+    ) -> redis::sentinel::SentinelClientBuilder {
+        if !tls {
+            return builder;
+        }
+        builder = builder
+            .set_client_to_sentinel_tls_mode(self.mode())
+            .set_client_to_redis_tls_mode(self.mode());
+        if let Some(certs) = &self.certs {
+            builder = builder
+                .set_client_to_sentinel_certificates(certs.clone())
+                .set_client_to_redis_certificates(certs.clone());
+        }
+        builder
+    }
+
+    fn mode(&self) -> TlsMode {
+        if self.insecure {
+            TlsMode::Insecure
+        } else {
+            TlsMode::Secure
+        }
+    }
+}
+
+/// True for a URL that asks for TLS.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.starts_with("rediss://") || url.starts_with("rediss+") || url.starts_with("valkeys")
+}
+
+/// The contents of a PEM file that must hold at least one `what` block.
+fn read_pem(path: &Path, role: &str, what: &str) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::invalid(format!("cannot read the {role} {}: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if !text.contains("-----BEGIN ") || !text.contains(what) {
+        return Err(Error::invalid(format!(
+            "the {role} {} holds no PEM {}",
+            path.display(),
+            what.to_lowercase()
+        )));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_and_empty_files_are_named() {
+        let options = TlsOptions {
+            ca_file: Some(PathBuf::from("/nonexistent/ca.pem")),
+            ..TlsOptions::default()
+        };
+        let e = Security::load(&options).unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("locksmith-pem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let options = TlsOptions {
+            ca_file: Some(empty.clone()),
+            ..TlsOptions::default()
+        };
+        let e = Security::load(&options).unwrap_err();
+        assert!(e.to_string().contains("holds no PEM certificate"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn insecure_mode_marks_tls_urls_only() {
+        let s = Security {
+            certs: None,
+            insecure: true,
+        };
+        assert_eq!(s.with_mode("rediss://h:1"), "rediss://h:1#insecure");
+        assert_eq!(s.with_mode("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            s.with_mode("rediss://h:1/#insecure"),
+            "rediss://h:1/#insecure"
+        );
+    }
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let c = Credentials {
+            username: Some("app".into()),
+            password: Some("hunter2".into()),
+        };
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("app") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
+}
