@@ -28,8 +28,13 @@ pub(crate) enum Kind {
 /// Prints the state of object `name`; exit code 0 whether or not it is
 /// held or set (the output says which), so a script can parse it either
 /// way.
-pub(crate) async fn status(url: &str, name: &str, kind: Kind, json: bool) -> Result<u8, CliError> {
-    let client = Client::open(url).await?;
+pub(crate) async fn status(
+    conn: &crate::conn::ConnArgs,
+    name: &str,
+    kind: Kind,
+    json: bool,
+) -> Result<u8, CliError> {
+    let client = conn.connect().await?;
     let (text, value) = describe(&client, name, kind).await?;
     if json {
         println!("{value}");
@@ -179,14 +184,18 @@ async fn counter(client: &Client, name: &str) -> Result<i64, CliError> {
 
 /// Deletes lock `name` and wakes its waiters; refuses without `--force`
 /// because the holder keeps running until its next renewal notices.
-pub(crate) async fn unlock(url: &str, name: &str, force: bool) -> Result<u8, CliError> {
+pub(crate) async fn unlock(
+    conn: &crate::conn::ConnArgs,
+    name: &str,
+    force: bool,
+) -> Result<u8, CliError> {
     if !force {
         return Err(CliError::Usage(format!(
             "refusing to unlock {name:?} without --force: whoever holds it keeps running \
              and only learns of the loss at its next renewal"
         )));
     }
-    let client = Client::open(url).await?;
+    let client = conn.connect().await?;
     if client.lock(name)?.force_unlock().await? {
         eprintln!("locksmith: unlocked {name:?}");
     } else {

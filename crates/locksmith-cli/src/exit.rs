@@ -5,6 +5,9 @@
 pub(crate) const USAGE: u8 = 64;
 /// Redis cannot be reached or does not answer (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
+/// Redis refused the credentials, or the ACL user lacks a right the
+/// command needs (`EX_NOPERM`).
+pub(crate) const NOPERM: u8 = 77;
 /// The lock was lost while the command ran, or an internal error
 /// (`EX_SOFTWARE`).
 pub(crate) const SOFTWARE: u8 = 70;
@@ -47,7 +50,11 @@ impl CliError {
             CliError::Usage(_) => USAGE,
             CliError::Lock(e) => match e.kind() {
                 ErrorKind::InvalidArgument => USAGE,
-                ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::NoQuorum => UNAVAILABLE,
+                ErrorKind::Connection
+                | ErrorKind::Timeout
+                | ErrorKind::NoQuorum
+                | ErrorKind::Tls => UNAVAILABLE,
+                ErrorKind::Auth => NOPERM,
                 _ => SOFTWARE,
             },
             CliError::Spawn { source, .. } => match source.kind() {

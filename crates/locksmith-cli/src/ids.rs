@@ -2,7 +2,7 @@
 //! library's generator, for scripts that need the same unique,
 //! time-ordered ids as the services.
 
-use locksmith::{Client, IdGenerator};
+use locksmith::IdGenerator;
 
 use crate::exit::CliError;
 
@@ -29,8 +29,8 @@ pub(crate) struct IdArgs {
 }
 
 /// Prints `args.count` ids.
-pub(crate) async fn ids(url: &str, args: IdArgs) -> Result<u8, CliError> {
-    let client = Client::open(url).await?;
+pub(crate) async fn ids(conn: &crate::conn::ConnArgs, args: IdArgs) -> Result<u8, CliError> {
+    let client = conn.connect().await?;
     // A block larger than the ids wanted would only waste the day's
     // sequence numbers.
     let generator = client

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use locksmith::Client;
-
 use crate::exit::{CliError, CONFLICT};
 
 /// What to do with the latch.
@@ -37,8 +35,12 @@ pub(crate) enum LatchOp {
 }
 
 /// Runs `op` on latch `name`; answers the exit code.
-pub(crate) async fn latch(url: &str, name: &str, op: LatchOp) -> Result<u8, CliError> {
-    let client = Client::open(url).await?;
+pub(crate) async fn latch(
+    conn: &crate::conn::ConnArgs,
+    name: &str,
+    op: LatchOp,
+) -> Result<u8, CliError> {
+    let client = conn.connect().await?;
     let latch = client.count_down_latch(name)?;
     match op {
         LatchOp::Set { count } => {

@@ -101,8 +101,8 @@ fn prefixed(prefix: &str, name: &str) -> String {
 }
 
 /// Runs `list` against `url`.
-pub(crate) async fn list(url: &str, args: ListArgs) -> Result<u8, CliError> {
-    let client = Client::open(url).await?;
+pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result<u8, CliError> {
+    let client = conn.connect().await?;
     // One scan per node: on a cluster every primary (own connections),
     // otherwise the client's own connection (its database, credentials,
     // and the current primary behind Sentinel).
@@ -112,10 +112,12 @@ pub(crate) async fn list(url: &str, args: ListArgs) -> Result<u8, CliError> {
     let mut truncated = false;
     if client.topology() == locksmith::Topology::Cluster {
         for addr in primaries(&client).await? {
-            let node_url = with_credentials(url, &addr);
-            let conn = match redis::Client::open(node_url.as_str()) {
-                Ok(c) => c.get_multiplexed_async_connection().await,
-                Err(e) => Err(e),
+            let conn = match client.node_client(&addr) {
+                Ok(c) => c
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             match conn {
                 Ok(mut conn) => {
@@ -246,15 +248,6 @@ async fn primaries(client: &Client) -> Result<Vec<String>, CliError> {
             }
         })
         .collect())
-}
-
-/// `redis://[user:pass@]addr` with the credentials of `url`, if any.
-fn with_credentials(url: &str, addr: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    match rest.rsplit_once('@') {
-        Some((creds, _)) if !creds.contains('/') => format!("redis://{creds}@{addr}"),
-        _ => format!("redis://{addr}"),
-    }
 }
 
 /// What `key` (a hash or a string, per `kind`) is, if it is one of ours.

@@ -17,6 +17,7 @@ mod admin;
 mod bench;
 #[cfg(feature = "bench")]
 mod chaos;
+mod conn;
 mod duration;
 mod exit;
 mod ids;
@@ -32,22 +33,21 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::exit::CliError;
 
-/// Where the Redis URL comes from when `--redis` is not given, in order.
-const REDIS_URL_ENVS: [&str; 2] = ["LOCKSMITH_REDIS_URL", "REDIS_URL"];
-
-/// The URL used when neither `--redis` nor an environment variable is set.
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+use crate::conn::ConnArgs;
 
 /// Exit codes, shown at the end of `--help`.
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0..255  run: the command's own status (128+N when it died of signal N)
   64      bad usage or input (unknown flag, bad duration, empty lock name)
-  69      Redis unreachable or not answering (the message names the address)
+  69      Redis unreachable or not answering, or the TLS handshake failed
+          (the message names the address)
   70      run: the lock was lost while the command ran (see --on-lost);
           other internal errors
   75      run: lock not acquired within --wait (change with --conflict-exit-code);
           latch wait: still closed after --timeout
+  77      Redis refused the credentials (--user/--pass or the URL's), or the
+          ACL user lacks a right the command needs
   1       latch set: the latch already had a count (unchanged)
   126/127 run: the command could not be executed / was not found";
 
@@ -55,10 +55,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "locksmith", version, after_help = EXIT_CODES_HELP)]
 struct Cli {
-    /// Redis URL [default: $LOCKSMITH_REDIS_URL, then $REDIS_URL, then
-    /// redis://127.0.0.1:6379]
-    #[arg(long, global = true, value_name = "URL")]
-    redis: Option<String>,
+    #[command(flatten)]
+    conn: ConnArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -318,16 +316,6 @@ pub(crate) fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
-/// `--redis`, else the first environment variable set, else the default.
-fn redis_url(flag: Option<String>) -> String {
-    flag.or_else(|| {
-        REDIS_URL_ENVS
-            .iter()
-            .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-    })
-    .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -361,15 +349,13 @@ fn main() -> ExitCode {
 /// Runs the chosen subcommand; `Ok` carries the exit code.
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(&redis_url(cli.redis), args).await,
-        Command::Status(args) => {
-            admin::status(&redis_url(cli.redis), &args.name, args.kind, args.json).await
-        }
-        Command::Unlock(args) => admin::unlock(&redis_url(cli.redis), &args.name, args.force).await,
-        Command::List(args) => list::list(&redis_url(cli.redis), args).await,
-        Command::Watch(args) => watch::watch(&redis_url(cli.redis), args).await,
-        Command::Latch(args) => latch::latch(&redis_url(cli.redis), &args.name, args.op).await,
-        Command::Id(args) => ids::ids(&redis_url(cli.redis), args).await,
+        Command::Run(args) => run::run(&cli.conn, args).await,
+        Command::Status(args) => admin::status(&cli.conn, &args.name, args.kind, args.json).await,
+        Command::Unlock(args) => admin::unlock(&cli.conn, &args.name, args.force).await,
+        Command::List(args) => list::list(&cli.conn, args).await,
+        Command::Watch(args) => watch::watch(&cli.conn, args).await,
+        Command::Latch(args) => latch::latch(&cli.conn, &args.name, args.op).await,
+        Command::Id(args) => ids::ids(&cli.conn, args).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut command = Cli::command();
@@ -384,7 +370,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             Ok(0)
         }
         #[cfg(feature = "bench")]
-        Command::Bench(args) => bench::run(cli.redis, args).await,
+        Command::Bench(args) => bench::run(cli.conn.redis, args).await,
         #[cfg(feature = "bench")]
         Command::Chaos(args) => chaos::run(args).await,
         #[cfg(feature = "bench")]

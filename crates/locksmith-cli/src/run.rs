@@ -17,16 +17,14 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use locksmith::{
-    Client, ClientBuilder, ErrorKind, LockGuard, MultiGuard, Permit, RedlockGuard, RedlockNodes,
-};
+use locksmith::{Client, ErrorKind, LockGuard, MultiGuard, Permit, RedlockGuard, RedlockNodes};
 
 use crate::exit::{self, CliError};
 use crate::{OnLost, RunArgs};
 
 /// Runs `args.command` under the lock; returns the exit code.
-pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
-    let mut builder = Client::builder(url);
+pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u8, CliError> {
+    let mut builder = conn.builder();
     if let (Some(lease), false) = (args.lease, args.no_renew) {
         // The watchdog renews the client's lease length, so a renewed lease
         // other than the default is set on the client.
@@ -49,7 +47,7 @@ pub(crate) async fn run(url: &str, args: RunArgs) -> Result<u8, CliError> {
         let lease = args.lease.filter(|_| !args.no_renew);
         Target::Redlock(
             RedlockNodes::connect_with(args.redlock.iter().map(|url| {
-                let b = ClientBuilder::new(url.trim());
+                let b = conn.builder_for(url.trim());
                 match lease {
                     Some(lease) => b.lease(lease),
                     None => b,

@@ -8,8 +8,6 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use locksmith::Client;
-
 use crate::admin::{describe, Kind};
 use crate::exit::CliError;
 
@@ -34,8 +32,8 @@ const HIDE_CURSOR: &str = "\x1b[?25l";
 const SHOW_CURSOR: &str = "\x1b[?25h";
 
 /// Runs the view until SIGINT or SIGTERM.
-pub(crate) async fn watch(url: &str, args: WatchArgs) -> Result<u8, CliError> {
-    let client = Client::open(url).await?;
+pub(crate) async fn watch(conn: &crate::conn::ConnArgs, args: WatchArgs) -> Result<u8, CliError> {
+    let client = conn.connect().await?;
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::Other(format!("cannot install signal handlers: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())

@@ -472,6 +472,8 @@ impl ClientBuilder {
                 id: Uuid::new_v4(),
                 addr: address.describe(),
                 server_id,
+                security: security.clone(),
+                node_prefix: address.node_prefix(),
                 hub: NotifyHub::new(
                     source,
                     HubTimeouts {
@@ -541,6 +543,10 @@ struct Inner {
     server_id: String,
     /// What kind of deployment this is.
     topology: Topology,
+    /// TLS of every connection (see [`Client::node_client`]).
+    security: Security,
+    /// `scheme://[user info@]` of a node URL of this deployment.
+    node_prefix: String,
     /// Replica acknowledgement every write waits for.
     acks: Acks,
     /// How releases are announced (always classic off a cluster).
@@ -680,6 +686,20 @@ impl Client {
     /// The options this client was built with.
     pub(crate) fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// A redis-rs client for one node of this deployment (`host:port`,
+    /// e.g. a cluster primary from `CLUSTER NODES`), with this client's
+    /// credentials (the data nodes') and TLS settings: for tools that
+    /// must talk to each node, such as a scan of every primary.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an address that does not make a
+    /// valid URL.
+    pub fn node_client(&self, addr: &str) -> Result<redis::Client> {
+        self.inner
+            .security
+            .client(&format!("{}{addr}", self.inner.node_prefix))
     }
 
     /// Metric labels for one object of this client: its kind, and its name

@@ -201,6 +201,35 @@ impl Address {
         }
     }
 
+    /// `scheme://[user info@]` of a data node's URL: what a node's
+    /// `host:port` is appended to, for a connection with this address's
+    /// credentials and TLS.
+    pub(crate) fn node_prefix(&self) -> String {
+        let scheme = if self.is_tls() { "rediss" } else { "redis" };
+        let userinfo = match self {
+            Address::Single(url) => url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.split('/').next())
+                .and_then(|hosts| hosts.rsplit_once('@'))
+                .map(|(info, _)| format!("{info}@"))
+                .unwrap_or_default(),
+            Address::Cluster { seeds } => seeds
+                .first()
+                .and_then(|s| s.split_once("://"))
+                .and_then(|(_, rest)| rest.rsplit_once('@'))
+                .map(|(info, _)| format!("{info}@"))
+                .unwrap_or_default(),
+            Address::Sentinel {
+                username, password, ..
+            } => match (username, password) {
+                (u, Some(p)) => format!("{}:{}@", encode(u.as_deref().unwrap_or("")), encode(p)),
+                (Some(u), None) => format!("{}@", encode(u)),
+                (None, None) => String::new(),
+            },
+        };
+        format!("{scheme}://{userinfo}")
+    }
+
     /// True when this address's connections use TLS.
     pub(crate) fn is_tls(&self) -> bool {
         match self {
@@ -1146,6 +1175,14 @@ mod tests {
             &vec!["rediss://sen:p%40ss%3Aw@h1:26379".to_owned()]
         );
         assert!(sentinel.is_tls());
+        assert_eq!(sentinel.node_prefix(), "rediss://");
+        assert_eq!(cluster.node_prefix(), "rediss://:pw@");
+        assert_eq!(
+            Address::parse("redis://app:pw@h:1/2", false)
+                .unwrap()
+                .node_prefix(),
+            "redis://app:pw@"
+        );
         assert!(
             !sentinel.describe().contains("p%40ss"),
             "{}",
