@@ -89,6 +89,29 @@ fn shared_cluster() -> &'static locksmith_testkit::RedisCluster {
     CLUSTER.get_or_init(|| locksmith_testkit::RedisCluster::start().expect("start cluster"))
 }
 
+/// The password of the suite's ACL user on a single server.
+pub const SUITE_PASSWORD: &str = "suite-s3cret";
+
+/// The arguments of `ACL SETUSER` (user name first) of the minimal ACL
+/// that docs/operations.md documents, with `password`.
+pub fn minimal_acl(password: &str) -> Vec<String> {
+    let docs = include_str!("../../../../docs/operations.md");
+    let line = docs
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER locksmith "))
+        .expect("docs/operations.md documents the minimal ACL");
+    line.split_whitespace()
+        .skip(2)
+        .map(|w| {
+            if w == ">CHANGE-ME" {
+                format!(">{password}")
+            } else {
+                w.to_owned()
+            }
+        })
+        .collect()
+}
+
 /// The URL of a Sentinel group.
 pub fn sentinel_url(group: &locksmith_testkit::SentinelGroup) -> String {
     format!(
@@ -110,10 +133,19 @@ impl Env {
         let nonce = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
         match topo {
             Topo::Single => {
+                // The suite's clients run as a user holding exactly the
+                // minimal ACL of docs/operations.md; the test's own checks
+                // (node_for, keys) use the default user.
                 let server = RedisServer::start().expect("start redis-server");
+                let mut admin = server.connection().expect("admin connection");
+                let _: () = redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg(minimal_acl(SUITE_PASSWORD))
+                    .query(&mut admin)
+                    .expect("the documented ACL is accepted");
                 Env {
                     topo,
-                    url: server.url(),
+                    url: format!("redis://locksmith:{SUITE_PASSWORD}@{}", server.addr()),
                     server: Some(server),
                     nonce,
                 }
