@@ -436,7 +436,7 @@ impl ClientBuilder {
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
         let server_id = server_identity(&address, &conn).await?;
-        let acks =
+        let (acks, ack_note) =
             replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
         let notify = match &address {
             Address::Cluster { .. } => {
@@ -474,6 +474,7 @@ impl ClientBuilder {
                 server_id,
                 security: security.clone(),
                 node_prefix: address.node_prefix(),
+                notes: ack_note.into_iter().collect(),
                 hub: NotifyHub::new(
                     source,
                     HubTimeouts {
@@ -547,6 +548,9 @@ struct Inner {
     security: Security,
     /// `scheme://[user info@]` of a node URL of this deployment.
     node_prefix: String,
+    /// What the client turned off at connect because the deployment
+    /// refused it (see [`Client::notes`]).
+    notes: Vec<String>,
     /// Replica acknowledgement every write waits for.
     acks: Acks,
     /// How releases are announced (always classic off a cluster).
@@ -686,6 +690,17 @@ impl Client {
     /// The options this client was built with.
     pub(crate) fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// What this client turned off at connect because the deployment
+    /// refused it, one line each: replica acknowledgement (in its
+    /// automatic setting) where the server refuses `WAIT` (a proxy, a
+    /// serverless offering, a renamed command, an ACL user without the
+    /// right). Each was also logged once at WARN and counted in
+    /// `locksmith_capability_missing_total{capability}`. Empty when
+    /// nothing was turned off.
+    pub fn notes(&self) -> &[String] {
+        &self.inner.notes
     }
 
     /// A redis-rs client for one node of this deployment (`host:port`,

@@ -99,3 +99,63 @@ async fn every_release_of_the_family_waits_for_replicas() {
     rw.info().await.unwrap();
     assert_eq!(waits(&primary), before, "reads send no WAIT");
 }
+
+/// A primary whose `WAIT` is renamed away (as on proxies and serverless
+/// offerings that answer "unknown command 'wait'"), with a replica in
+/// sync: acknowledgement would be on by default.
+fn primary_without_wait() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::builder()
+        .arg("--rename-command")
+        .arg("WAIT")
+        .arg("")
+        .start()
+        .unwrap();
+    let replica = RedisServer::builder()
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(primary.port().to_string())
+        .start()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.connection().unwrap())
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never synced");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (primary, replica)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_wait_turns_automatic_acknowledgement_off() {
+    let (primary, _replica) = tokio::task::spawn_blocking(primary_without_wait)
+        .await
+        .unwrap();
+    // Automatic: off, with a note saying why; everything works.
+    let client = Client::open(&primary.url()).await.unwrap();
+    assert_eq!(client.replica_acks(), 0);
+    assert_eq!(client.notes().len(), 1, "{:?}", client.notes());
+    assert!(client.notes()[0].contains("WAIT"), "{:?}", client.notes());
+    let guard = client.lock("no-wait").unwrap().lock().await.unwrap();
+    guard.release().await.unwrap();
+    let sem = client.semaphore("no-wait-sem").unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    sem.acquire(1).await.unwrap().release().await.unwrap();
+    // Asked for explicitly: a clear error naming the command.
+    let e = Client::builder(primary.url())
+        .replica_acks(1, Duration::from_millis(500))
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.is_invalid_argument(), "{e}");
+    assert!(e.to_string().contains("WAIT"), "{e}");
+    // Where WAIT is there, nothing is noted.
+    let plain = RedisServer::start().unwrap();
+    assert!(Client::open(&plain.url()).await.unwrap().notes().is_empty());
+}

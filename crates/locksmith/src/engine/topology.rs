@@ -1019,6 +1019,57 @@ pub(crate) async fn replica_acks(
     conn: &Conn,
     wanted: Option<Acks>,
     command_timeout: Duration,
+) -> Result<(Acks, Option<String>)> {
+    let acks = replica_acks_wanted(address, conn, wanted, command_timeout).await?;
+    if acks.min == 0 {
+        return Ok((acks, None));
+    }
+    // Proxies, serverless offerings and ACL users may refuse WAIT
+    // (renamed away, "unknown command", NOPERM). `WAIT 0 0` answers at
+    // once where it is allowed.
+    let mut probe = conn.clone();
+    let refused = match redis::cmd("WAIT")
+        .arg(0)
+        .arg(0)
+        .query_async::<Value>(&mut probe)
+        .await
+    {
+        Ok(_) => return Ok((acks, None)),
+        Err(e) if is_refusal(&e) => e,
+        Err(e) => return Err(Error::Redis(e)),
+    };
+    if wanted.is_some() {
+        return Err(Error::invalid(format!(
+            "replica_acks needs the WAIT command, which {} refuses ({refused}): allow WAIT, or pass 0 to turn acknowledgement off",
+            address.describe()
+        )));
+    }
+    let note = format!(
+        "replica acknowledgement is off: {} refuses WAIT ({refused})",
+        address.describe()
+    );
+    tracing::warn!(addr = %address.describe(), error = %refused, "replica acknowledgement turned off: the server refuses WAIT");
+    metrics::counter!("locksmith_capability_missing_total", "capability" => "wait").increment(1);
+    Ok((Acks::default(), Some(note)))
+}
+
+/// True when the server refuses a command outright (unknown, renamed
+/// away, or not permitted to this user): nothing ran.
+fn is_refusal(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    e.code() == Some("NOPERM")
+        || text.contains("unknown command")
+        || text.contains("not allowed")
+        || text.contains("cannot be used")
+}
+
+/// The acknowledgement the options and the deployment ask for, before
+/// checking that the server takes `WAIT`.
+async fn replica_acks_wanted(
+    address: &Address,
+    conn: &Conn,
+    wanted: Option<Acks>,
+    command_timeout: Duration,
 ) -> Result<Acks> {
     if wanted.is_some_and(|a| a.min == 0) {
         return Ok(Acks::default());
