@@ -64,6 +64,16 @@ pub(crate) struct ConnArgs {
         value_name = "PASSWORD"
     )]
     pub(crate) pass: Option<String>,
+    /// Put before every name (the library's `ClientBuilder::key_prefix`),
+    /// to share one Redis between applications: `--key-prefix app1:`
+    /// makes `--lock orders` the key `app1:orders`.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKSMITH_KEY_PREFIX",
+        value_name = "PREFIX"
+    )]
+    pub(crate) key_prefix: Option<String>,
 }
 
 impl ConnArgs {
@@ -134,6 +144,9 @@ impl ConnArgs {
         }
         if self.insecure {
             b = b.tls_insecure(true);
+        }
+        if let Some(prefix) = &self.key_prefix {
+            b = b.key_prefix(prefix);
         }
         b
     }

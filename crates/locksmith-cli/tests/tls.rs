@@ -188,3 +188,24 @@ async fn list_scans_every_primary_of_a_tls_cluster() {
         g.release().await.unwrap();
     }
 }
+
+#[test]
+fn key_prefix_puts_every_name_under_the_prefix() {
+    let server = RedisServer::start().unwrap();
+    let mut cmd = bare();
+    cmd.args(["--redis", &server.url(), "--key-prefix", "app1:"])
+        .args(["latch", "gate", "set", "2"]);
+    let out = done(cmd);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut cmd = bare();
+    cmd.env("LOCKSMITH_REDIS_URL", server.url())
+        .env("LOCKSMITH_KEY_PREFIX", "app1:")
+        .args(["latch", "gate", "count-down"]);
+    let out = done(cmd);
+    assert_eq!((out.code, out.stdout.trim()), (Some(0), "1"), "{out:?}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert_eq!(keys, vec!["app1:gate".to_owned()]);
+}

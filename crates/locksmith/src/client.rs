@@ -74,6 +74,8 @@ pub(crate) struct Config {
     pub(crate) tls: TlsOptions,
     /// Credentials for the Sentinels themselves.
     pub(crate) sentinel_credentials: Option<Credentials>,
+    /// Put before every primitive's name (see `ClientBuilder::key_prefix`).
+    pub(crate) key_prefix: String,
 }
 
 impl Default for Config {
@@ -92,6 +94,7 @@ impl Default for Config {
             release_receipts: false,
             tls: TlsOptions::default(),
             sentinel_credentials: None,
+            key_prefix: String::new(),
         }
     }
 }
@@ -214,6 +217,24 @@ impl ClientBuilder {
     /// to decide whether work done under the lock must be checked again.
     pub fn release_receipts(mut self, on: bool) -> Self {
         self.config.release_receipts = on;
+        self
+    }
+
+    /// Puts `prefix` before the name of every primitive made from this
+    /// client, so several applications can share one Redis without their
+    /// names meeting: `key_prefix("app1:")` makes `lock("orders")` the key
+    /// `app1:orders`, and every auxiliary key and channel derives from that
+    /// name as usual (`redisson_lock__channel:{app1:orders}`, ...). A hash
+    /// tag in a name stays the hash tag (`app1:{user:7}:cart` lives in the
+    /// slot of `user:7`), so the prefix may not contain `{` or `}`. The
+    /// length limit counts the prefix. `name()` of a primitive answers the
+    /// prefixed name, as stored in Redis.
+    ///
+    /// Sharing a lock with Redisson: give the Java side the same mapping
+    /// (a `NameMapper` that prepends the same prefix), or the two sides
+    /// name different keys.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
         self
     }
 
@@ -417,6 +438,7 @@ impl ClientBuilder {
         if config.max_name_len == 0 {
             return Err(Error::invalid("max_name_len must be greater than zero"));
         }
+        crate::engine::validate::key_prefix(&config.key_prefix, config.max_name_len)?;
         let mut address = Address::parse(&self.url, config.tls.wanted())?;
         if let Some(credentials) = &config.sentinel_credentials {
             if !matches!(address, Address::Sentinel { .. }) {
@@ -647,10 +669,18 @@ impl Client {
     pub(crate) fn checked_name(&self, name: impl Into<String>) -> Result<String> {
         let name = name.into();
         crate::engine::validate::name(&name, self.inner.config.max_name_len)?;
+        let name = format!("{}{name}", self.inner.config.key_prefix);
+        crate::engine::validate::name(&name, self.inner.config.max_name_len)?;
         if self.inner.topology == Topology::Cluster {
             crate::engine::validate::cluster_name(&name)?;
         }
         Ok(name)
+    }
+
+    /// The prefix put before every primitive's name (empty by default);
+    /// see [`ClientBuilder::key_prefix`].
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.config.key_prefix
     }
 
     /// Replicas that must acknowledge each grant, renewal and release (0

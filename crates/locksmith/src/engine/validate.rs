@@ -59,6 +59,23 @@ pub(crate) fn name(name: &str, max_len: usize) -> Result<()> {
     Ok(())
 }
 
+/// A key prefix: no `{` or `}` (it would change the hash tag of the names
+/// it goes before), and room left for a name within `max_len`.
+pub(crate) fn key_prefix(prefix: &str, max_len: usize) -> Result<()> {
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "key prefix {prefix:?} contains a brace: it would change the hash tag of every name it goes before"
+        )));
+    }
+    if prefix.len() >= max_len {
+        return Err(Error::invalid(format!(
+            "key prefix is {} bytes, which leaves no room for a name within the limit of {max_len}",
+            prefix.len()
+        )));
+    }
+    Ok(())
+}
+
 /// On a Redis Cluster, rejects names whose auxiliary keys would land in
 /// another slot than the name itself. Auxiliary names are `prefix:{NAME}`,
 /// or `prefix:NAME` when NAME contains `{` (Redisson's rule). Without a

@@ -91,6 +91,8 @@ struct Nodes {
     max_name_len: usize,
     /// Whether metrics carry lock names (the first node's option).
     metric_names: bool,
+    /// Put before every lock name (the nodes' common key prefix).
+    key_prefix: String,
     /// Owner prefix: a UUID of this process's Redlock set.
     id: uuid::Uuid,
 }
@@ -160,6 +162,7 @@ impl RedlockNodes {
         let lease = clients[0].config().lease;
         let max_name_len = clients[0].config().max_name_len;
         let metric_names = clients[0].config().metric_names;
+        let key_prefix = common_prefix(clients.iter().map(|c| c.config().key_prefix.as_str()))?;
         let servers = Servers::default();
         let tasks = Tasks::default();
         let nodes = clients
@@ -175,7 +178,7 @@ impl RedlockNodes {
                 }))
             })
             .collect::<Result<Vec<_>>>()?;
-        RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)
+        RedlockNodes::assemble(nodes, lease, max_name_len, metric_names, key_prefix)
     }
 
     /// Connects to the primaries at `urls` (concurrently, default client
@@ -228,6 +231,7 @@ impl RedlockNodes {
         let lease = builders[0].config().lease;
         let max_name_len = builders[0].config().max_name_len;
         let metric_names = builders[0].config().metric_names;
+        let key_prefix = common_prefix(builders.iter().map(|b| b.config().key_prefix.as_str()))?;
         let now = Instant::now();
         let clients = join_all(builders.iter().map(|b| b.clone().build())).await;
         if let Some(Err(e)) = clients
@@ -262,7 +266,7 @@ impl RedlockNodes {
                 }))
             })
             .collect::<Result<_>>()?;
-        let set = RedlockNodes::assemble(nodes, lease, max_name_len, metric_names)?;
+        let set = RedlockNodes::assemble(nodes, lease, max_name_len, metric_names, key_prefix)?;
         let errors: Vec<String> = set
             .inner
             .nodes
@@ -287,6 +291,7 @@ impl RedlockNodes {
         lease: Duration,
         max_name_len: usize,
         metric_names: bool,
+        key_prefix: String,
     ) -> Result<RedlockNodes> {
         check_distinct(nodes.iter().map(|n| n.addr.as_str()))?;
         let quorum = nodes.len() / 2 + 1;
@@ -298,6 +303,7 @@ impl RedlockNodes {
             lease,
             max_name_len,
             metric_names,
+            key_prefix,
             id: uuid::Uuid::new_v4(),
         };
         check_timing(set.lease, set.node_timeout)?;
@@ -347,6 +353,7 @@ impl RedlockNodes {
             lease: self.inner.lease,
             max_name_len: self.inner.max_name_len,
             metric_names: self.inner.metric_names,
+            key_prefix: self.inner.key_prefix.clone(),
             id: self.inner.id,
         };
         change(&mut nodes);
@@ -456,6 +463,8 @@ impl RedlockNodes {
     /// [`Error::InvalidArgument`] when `name` is empty or too long.
     pub fn lock(&self, name: impl Into<String>) -> Result<Redlock> {
         let name = name.into();
+        validate::name(&name, self.inner.max_name_len)?;
+        let name = format!("{}{name}", self.inner.key_prefix);
         validate::name(&name, self.inner.max_name_len)?;
         Ok(Redlock {
             nodes: self.clone(),
@@ -573,6 +582,18 @@ fn check_distinct<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The key prefix every node's client shares (a lock must have one name
+/// on all of them).
+fn common_prefix<'a>(mut prefixes: impl Iterator<Item = &'a str>) -> Result<String> {
+    let first = prefixes.next().unwrap_or_default();
+    if prefixes.any(|p| p != first) {
+        return Err(Error::invalid(
+            "the Redlock nodes' clients have different key prefixes: a lock must have one name on every node",
+        ));
+    }
+    Ok(first.to_owned())
 }
 
 fn check_count(n: usize) -> Result<()> {
