@@ -21,7 +21,7 @@ use crate::engine::conn::{Acks, NotifyMode, Timing};
 use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
 use crate::engine::scripts::{Invocation, Lua};
-use crate::engine::security::{Credentials, Security, TlsOptions};
+use crate::engine::security::{Credentials, CredentialsProvider, Rotation, Security, TlsOptions};
 use crate::engine::subscriber::Source;
 use crate::engine::task::Tasks;
 use crate::engine::topology::{
@@ -76,6 +76,25 @@ pub(crate) struct Config {
     pub(crate) sentinel_credentials: Option<Credentials>,
     /// Put before every primitive's name (see `ClientBuilder::key_prefix`).
     pub(crate) key_prefix: String,
+    /// Rotating credentials and how often to ask for them.
+    pub(crate) credentials: Option<ProviderHandle>,
+}
+
+/// A credentials provider in the options (printed without its contents).
+#[derive(Clone)]
+pub(crate) struct ProviderHandle {
+    /// The caller's provider.
+    pub(crate) provider: Arc<dyn CredentialsProvider>,
+    /// How often it is asked again.
+    pub(crate) refresh: Duration,
+}
+
+impl fmt::Debug for ProviderHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderHandle")
+            .field("refresh", &self.refresh)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Config {
@@ -95,6 +114,7 @@ impl Default for Config {
             tls: TlsOptions::default(),
             sentinel_credentials: None,
             key_prefix: String::new(),
+            credentials: None,
         }
     }
 }
@@ -217,6 +237,30 @@ impl ClientBuilder {
     /// to decide whether work done under the lock must be checked again.
     pub fn release_receipts(mut self, on: bool) -> Self {
         self.config.release_receipts = on;
+        self
+    }
+
+    /// Takes the credentials of every connection from `provider` instead
+    /// of the URL: asked once when the client is built (within the connect
+    /// timeout; its error is the build's error), then every `refresh`.
+    /// Each new answer is sent as `AUTH` on the live command connections
+    /// (every cluster node's too), and every connection opened afterwards
+    /// (a reconnect, a failover, the pub/sub connection, which cannot
+    /// re-authenticate while subscribed and takes the latest credentials
+    /// whenever it is opened) uses it; holds, waits and renewals go on
+    /// throughout. A provider that fails or does not answer within the
+    /// connect timeout is logged and asked again at the next refresh; the
+    /// last credentials stay in use. Refresh well before a token expires
+    /// (a third of its life, say).
+    pub fn credentials_provider(
+        mut self,
+        provider: impl CredentialsProvider,
+        refresh: Duration,
+    ) -> Self {
+        self.config.credentials = Some(ProviderHandle {
+            provider: Arc::new(provider),
+            refresh,
+        });
         self
     }
 
@@ -448,7 +492,24 @@ impl ClientBuilder {
             }
             address = address.with_sentinel_credentials(credentials);
         }
-        let security = Security::load(&config.tls)?;
+        let tasks = Tasks::default();
+        let mut security = Security::load(&config.tls)?;
+        if let Some(handle) = &config.credentials {
+            if handle.refresh.is_zero() || handle.refresh > MAX_PERIOD {
+                return Err(Error::invalid(format!(
+                    "the credentials refresh period must be between 1 ms and {MAX_PERIOD:?}, got {:?}",
+                    handle.refresh
+                )));
+            }
+            let rotation = Rotation::start(
+                handle.provider.clone(),
+                handle.refresh,
+                config.connect_timeout,
+                &tasks,
+            )
+            .await?;
+            security = security.with_rotation(rotation);
+        }
         let timing = Timing {
             connect: config.connect_timeout,
             command: config.command_timeout,
@@ -478,7 +539,7 @@ impl ClientBuilder {
             _ => NotifyMode::Classic,
         };
         let source = match (&address, &conn) {
-            (Address::Single(url), _) => Source::Single(security.client(url)?),
+            (Address::Single(url), _) => Source::Single(security.client(url)?, security.clone()),
             (_, Conn::Sentinel(sentinel)) => Source::Sentinel(sentinel.clone()),
             (Address::Cluster { seeds }, _) => Source::Cluster {
                 seeds: seeds.clone(),
@@ -488,7 +549,6 @@ impl ClientBuilder {
             },
             _ => return Err(Error::invalid("URL and connection disagree")),
         };
-        let tasks = Tasks::default();
         Ok(Client {
             inner: Arc::new(Inner {
                 id: Uuid::new_v4(),

@@ -52,6 +52,7 @@ mod semaphore;
 pub use client::{Client, ClientBuilder, Connection, Topology};
 pub use engine::conn::NotifyMode;
 pub use engine::lease::LostSignal;
+pub use engine::security::{Credentials, CredentialsFuture, CredentialsProvider};
 pub use error::{Error, ErrorKind, Result};
 pub use fenced::FencedStore;
 pub use id::IdGenerator;

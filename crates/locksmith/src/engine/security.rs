@@ -9,10 +9,16 @@
 //! `insecure` turns every check off (for tests only).
 
 use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
+use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 
@@ -37,13 +43,135 @@ impl TlsOptions {
     }
 }
 
-/// A user name and password (the password is never printed).
+/// A user name and password or token (the password is never printed).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct Credentials {
+pub struct Credentials {
     /// ACL user; `None` for the default user.
-    pub(crate) username: Option<String>,
-    /// Password; `None` for none.
-    pub(crate) password: Option<String>,
+    pub username: Option<String>,
+    /// Password or token; `None` for none.
+    pub password: Option<String>,
+}
+
+impl Credentials {
+    /// `password` for ACL user `username` (`None`: the default user).
+    pub fn new(username: Option<&str>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            username: username.map(str::to_owned),
+            password: Some(password.into()),
+        }
+    }
+}
+
+/// The future a [`CredentialsProvider`] answers with.
+pub type CredentialsFuture<'a> = Pin<Box<dyn Future<Output = Result<Credentials>> + Send + 'a>>;
+
+/// A source of credentials that change over time: cloud IAM or Entra ID
+/// tokens that live 15 to 60 minutes, or a password rotated by a secrets
+/// manager. Set with `ClientBuilder::credentials_provider`; the client asks
+/// it once when it is built and then on a schedule, and every connection
+/// it opens from then on (command, pub/sub, each cluster node, after a
+/// reconnect or a failover) authenticates with the latest answer; live
+/// command connections are sent `AUTH` with each new answer.
+///
+/// ```
+/// use locksmith::{Credentials, CredentialsFuture, CredentialsProvider};
+///
+/// struct FromFile(std::path::PathBuf);
+///
+/// impl CredentialsProvider for FromFile {
+///     fn credentials(&self) -> CredentialsFuture<'_> {
+///         Box::pin(async move {
+///             let token = tokio::fs::read_to_string(&self.0).await.map_err(|e| {
+///                 locksmith::Error::InvalidArgument(format!("token file: {e}"))
+///             })?;
+///             Ok(Credentials::new(Some("app"), token.trim()))
+///         })
+///     }
+/// }
+/// ```
+pub trait CredentialsProvider: Send + Sync + 'static {
+    /// The credentials to use from now on.
+    fn credentials(&self) -> CredentialsFuture<'_>;
+}
+
+/// A client's rotating credentials: the latest answer of its provider,
+/// refreshed by a background task.
+#[derive(Clone)]
+pub(crate) struct Rotation {
+    latest: watch::Receiver<Credentials>,
+}
+
+impl Rotation {
+    /// Asks `provider` once (bounded by `timeout`), and then every
+    /// `refresh` in a task of `tasks` that ends when they stop or every
+    /// receiver is gone.
+    pub(crate) async fn start(
+        provider: Arc<dyn CredentialsProvider>,
+        refresh: Duration,
+        timeout: Duration,
+        tasks: &crate::engine::task::Tasks,
+    ) -> Result<Rotation> {
+        let first = tokio::time::timeout(timeout, provider.credentials())
+            .await
+            .map_err(|_| Error::Timeout(timeout))??;
+        let (tx, latest) = watch::channel(first);
+        let stopped = tasks.stopped();
+        tasks.detach(
+            "refreshing credentials",
+            "the credentials are not refreshed",
+            async move {
+                tokio::pin!(stopped);
+                loop {
+                    tokio::select! {
+                        () = &mut stopped => return,
+                        () = tx.closed() => return,
+                        () = tokio::time::sleep(refresh) => {}
+                    }
+                    match tokio::time::timeout(timeout, provider.credentials()).await {
+                        Ok(Ok(next)) => {
+                            tx.send_if_modified(|current| {
+                                let changed = *current != next;
+                                *current = next;
+                                changed
+                            });
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "credentials provider failed; keeping the last credentials");
+                        }
+                        Err(_) => {
+                            tracing::warn!("credentials provider did not answer in time; keeping the last credentials");
+                        }
+                    }
+                }
+            },
+        );
+        Ok(Rotation { latest })
+    }
+
+    /// The latest credentials.
+    pub(crate) fn current(&self) -> Credentials {
+        self.latest.borrow().clone()
+    }
+}
+
+impl redis::StreamingCredentialsProvider for Rotation {
+    fn subscribe(
+        &self,
+    ) -> Pin<
+        Box<dyn futures_util::Stream<Item = redis::RedisResult<redis::BasicAuth>> + Send + 'static>,
+    > {
+        let mut rx = self.latest.clone();
+        rx.mark_changed();
+        Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            let c = rx.borrow_and_update().clone();
+            let auth = redis::BasicAuth::new(
+                c.username.unwrap_or_else(|| "default".to_owned()),
+                c.password.unwrap_or_default(),
+            );
+            Some((Ok(auth), rx))
+        }))
+    }
 }
 
 impl fmt::Debug for Credentials {
@@ -63,6 +191,8 @@ pub(crate) struct Security {
     certs: Option<TlsCertificates>,
     /// Certificates are not checked.
     insecure: bool,
+    /// Credentials that rotate; `None`: the URL's.
+    rotation: Option<Rotation>,
 }
 
 impl fmt::Debug for Security {
@@ -70,6 +200,7 @@ impl fmt::Debug for Security {
         f.debug_struct("Security")
             .field("certs", &self.certs.is_some())
             .field("insecure", &self.insecure)
+            .field("rotating", &self.rotation.is_some())
             .finish()
     }
 }
@@ -100,7 +231,59 @@ impl Security {
         Ok(Security {
             certs,
             insecure: options.insecure,
+            rotation: None,
         })
+    }
+
+    /// The same, authenticating with `rotation`'s latest credentials.
+    pub(crate) fn with_rotation(mut self, rotation: Rotation) -> Security {
+        self.rotation = Some(rotation);
+        self
+    }
+
+    /// True when the credentials rotate.
+    pub(crate) fn rotates(&self) -> bool {
+        self.rotation.is_some()
+    }
+
+    /// The latest rotating credentials, if they rotate.
+    pub(crate) fn current_credentials(&self) -> Option<Credentials> {
+        self.rotation.as_ref().map(Rotation::current)
+    }
+
+    /// A command connection's options, with the rotating credentials (the
+    /// connection re-authenticates on each change).
+    pub(crate) fn manager_config(
+        &self,
+        config: ConnectionManagerConfig,
+    ) -> ConnectionManagerConfig {
+        match &self.rotation {
+            Some(rotation) => config.set_credentials_provider(rotation.clone()),
+            None => config,
+        }
+    }
+
+    /// `client` authenticating with the latest rotating credentials (a
+    /// pub/sub connection, which cannot re-authenticate once subscribed,
+    /// takes them whenever it is opened again).
+    pub(crate) fn refreshed(&self, client: redis::Client) -> Result<redis::Client> {
+        let Some(rotation) = &self.rotation else {
+            return Ok(client);
+        };
+        let c = rotation.current();
+        let info = client.get_connection_info().clone();
+        let mut settings = info.redis_settings().clone();
+        settings = settings.set_username(c.username.unwrap_or_else(|| "default".to_owned()));
+        if let Some(p) = c.password {
+            settings = settings.set_password(p);
+        }
+        let info = info.set_redis_settings(settings);
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        match (&self.certs, tls) {
+            (Some(certs), true) => redis::Client::build_with_tls(info, certs.clone())
+                .map_err(|e| Error::invalid(format!("TLS certificates: {e}"))),
+            _ => redis::Client::open(info).map_err(|e| Error::invalid(e.to_string())),
+        }
     }
 
     /// A redis-rs client for one server's URL (`redis://` or `rediss://`),
@@ -139,6 +322,9 @@ impl Security {
         mut builder: ClusterClientBuilder,
         tls: bool,
     ) -> ClusterClientBuilder {
+        if let Some(rotation) = &self.rotation {
+            builder = builder.set_credentials_provider(rotation.clone());
+        }
         if !tls {
             return builder;
         }
@@ -229,6 +415,7 @@ mod tests {
         let s = Security {
             certs: None,
             insecure: true,
+            rotation: None,
         };
         assert_eq!(s.with_mode("rediss://h:1"), "rediss://h:1#insecure");
         assert_eq!(s.with_mode("redis://h:1"), "redis://h:1");

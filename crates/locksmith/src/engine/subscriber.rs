@@ -26,8 +26,8 @@ use crate::engine::topology::{cluster_client, SentinelConn};
 /// Where the hub's connection goes.
 #[derive(Clone)]
 pub(crate) enum Source {
-    /// One server.
-    Single(redis::Client),
+    /// One server, and how its connections authenticate.
+    Single(redis::Client, Security),
     /// The current primary of a Sentinel-managed group.
     Sentinel(SentinelConn),
     /// A cluster, with the notification mode the client uses there.
@@ -42,7 +42,7 @@ pub(crate) enum Source {
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Source::Single(_) => f.write_str("Source::Single"),
+            Source::Single(..) => f.write_str("Source::Single"),
             Source::Sentinel(_) => f.write_str("Source::Sentinel"),
             Source::Cluster { mode, .. } => write!(f, "Source::Cluster({mode:?})"),
         }
@@ -88,7 +88,10 @@ impl Subscriber {
     /// Opens a connection to `source`.
     pub(crate) async fn open(source: &Source) -> RedisResult<Subscriber> {
         match source {
-            Source::Single(client) => {
+            Source::Single(client, security) => {
+                let client = security
+                    .refreshed(client.clone())
+                    .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok(Subscriber::Plain {
                     sink,
@@ -102,6 +105,10 @@ impl Subscriber {
                 let mut epochs = sentinel.epochs();
                 epochs.borrow_and_update();
                 let client = sentinel.primary_client().await?;
+                let client = sentinel
+                    .security()
+                    .refreshed(client)
+                    .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok(Subscriber::Plain {
                     sink,

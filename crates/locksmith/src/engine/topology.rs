@@ -385,9 +385,12 @@ pub(crate) async fn connect(
         match address {
             Address::Single(url) => {
                 let client = security.client(url)?;
-                let conn = ConnectionManager::new_with_config(client, manager_config(timing))
-                    .await
-                    .map_err(fail)?;
+                let conn = ConnectionManager::new_with_config(
+                    client,
+                    security.manager_config(manager_config(timing)),
+                )
+                .await
+                .map_err(fail)?;
                 Ok(Conn::Single(conn))
             }
             Address::Sentinel { .. } => SentinelConn::connect(address, timing, security)
@@ -638,6 +641,8 @@ struct SentinelShared {
     timing: Timing,
     /// TLS of the connections to the Sentinels.
     security: Security,
+    /// The Sentinels and the service, for a fresh lookup.
+    address: Address,
 }
 
 impl SentinelConn {
@@ -656,12 +661,15 @@ impl SentinelConn {
             .await
             .map_err(|source| sentinel_error(&describe, source))?;
         let addr = client.get_connection_info().addr().to_string();
-        let conn = ConnectionManager::new_with_config(client, manager_config(timing))
-            .await
-            .map_err(|source| Error::Connect {
-                addr: format!("{addr} (primary of {describe})"),
-                source,
-            })?;
+        let conn = ConnectionManager::new_with_config(
+            client,
+            security.manager_config(manager_config(timing)),
+        )
+        .await
+        .map_err(|source| Error::Connect {
+            addr: format!("{addr} (primary of {describe})"),
+            source,
+        })?;
         let conn = SentinelConn {
             shared: Arc::new(SentinelShared {
                 current: RwLock::new((conn, addr)),
@@ -669,6 +677,7 @@ impl SentinelConn {
                 epoch: watch::channel(0).0,
                 timing,
                 security: security.clone(),
+                address: address.clone(),
             }),
         };
         tokio::spawn(watch_switches(
@@ -676,6 +685,11 @@ impl SentinelConn {
             sentinels.clone(),
         ));
         Ok(conn)
+    }
+
+    /// The connections' TLS and credentials.
+    pub(crate) fn security(&self) -> &Security {
+        &self.shared.security
     }
 
     /// The current primary's connection and the epoch it belongs to.
@@ -707,6 +721,13 @@ impl SentinelConn {
         if *self.shared.epoch.borrow() != epoch {
             return;
         }
+        if self.shared.security.rotates() {
+            // The lookup checks the named node's role with the data
+            // nodes' credentials: the latest ones.
+            if let Ok(fresh) = sentinel_client(&self.shared.address, &self.shared.security) {
+                *resolver = fresh;
+            }
+        }
         let Ok(Ok(client)) =
             tokio::time::timeout(self.shared.timing.command, resolver.async_get_client()).await
         else {
@@ -723,8 +744,12 @@ impl SentinelConn {
         {
             return;
         }
-        let connecting =
-            ConnectionManager::new_with_config(client, manager_config(self.shared.timing));
+        let connecting = ConnectionManager::new_with_config(
+            client,
+            self.shared
+                .security
+                .manager_config(manager_config(self.shared.timing)),
+        );
         let Ok(Ok(conn)) = tokio::time::timeout(self.shared.timing.connect, connecting).await
         else {
             return;
@@ -887,6 +912,13 @@ fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelCli
     )
     .map_err(bad)?
     .set_client_to_redis_db(*db);
+    let (username, password) = match security.current_credentials() {
+        Some(c) => (
+            c.username.or_else(|| Some("default".to_owned())),
+            c.password,
+        ),
+        None => (username.clone(), password.clone()),
+    };
     if let Some(u) = username {
         builder = builder.set_client_to_redis_username(u);
     }
