@@ -91,7 +91,7 @@ async fn client(server: &RedisServer, vault: &Vault) -> Client {
 fn connections_of_app(server: &RedisServer) -> usize {
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
-        .query(&mut admin(&server))
+        .query(&mut admin(server))
         .unwrap();
     list.lines().filter(|l| l.contains(" user=app ")).count()
 }
@@ -119,7 +119,7 @@ async fn a_rotated_password_keeps_holds_and_waiters() {
         let (_, n): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
             .arg(channel)
-            .query(&mut admin(&server))
+            .query(&mut admin(server))
             .unwrap();
         n
     };
