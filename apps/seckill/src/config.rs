@@ -119,11 +119,47 @@ impl Default for PipelineConfig {
     }
 }
 
+/// How the instance's Redis connections authenticate and encrypt, beside
+/// the URL (`rediss://` alone turns TLS on).
+#[derive(Debug, Clone, Default)]
+pub struct RedisSecurity {
+    /// TLS even for a `redis://` URL.
+    pub tls: bool,
+    /// PEM file of the CAs that sign the server's certificate.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS.
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// No certificate checks (tests only).
+    pub insecure: bool,
+}
+
+impl RedisSecurity {
+    /// `builder` with these options.
+    pub fn apply(&self, mut builder: locksmith::ClientBuilder) -> locksmith::ClientBuilder {
+        if self.tls {
+            builder = builder.tls(true);
+        }
+        if let Some(ca) = &self.ca_file {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = &self.client_cert {
+            builder = builder.tls_client_cert(cert, key);
+        }
+        if self.insecure {
+            builder = builder.tls_insecure(true);
+        }
+        builder
+    }
+}
+
 /// One instance's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `redis://host:port`.
+    /// `redis://host:port`, or `rediss://` for TLS; user and password in
+    /// the URL.
     pub redis_url: String,
+    /// TLS options beside the URL.
+    pub redis_security: RedisSecurity,
     /// `sqlite://file.db?mode=rwc` or `postgres://...`.
     pub database_url: String,
     /// The purchase strategy of this instance.
@@ -172,6 +208,7 @@ impl Config {
     pub fn new(redis_url: &str, database_url: &str, strategy: Strategy) -> Config {
         Config {
             redis_url: redis_url.to_owned(),
+            redis_security: RedisSecurity::default(),
             database_url: database_url.to_owned(),
             strategy,
             admin_token: "change-me".to_owned(),

@@ -146,6 +146,33 @@ struct ConnArgs {
         default_value = "redis://127.0.0.1:6379"
     )]
     redis_url: String,
+    /// Speak TLS to Redis even for a redis:// URL (rediss:// needs nothing).
+    #[arg(long, env = "SECKILL_REDIS_TLS")]
+    redis_tls: bool,
+    /// PEM file of the CAs that sign Redis's certificate (default: the
+    /// system's roots).
+    #[arg(long, env = "SECKILL_REDIS_CACERT", value_name = "FILE")]
+    redis_cacert: Option<std::path::PathBuf>,
+    /// Client certificate for mutual TLS with Redis (PEM); needs
+    /// --redis-key.
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_CERT",
+        value_name = "FILE",
+        requires = "redis_key"
+    )]
+    redis_cert: Option<std::path::PathBuf>,
+    /// Private key of --redis-cert (PEM).
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_KEY",
+        value_name = "FILE",
+        requires = "redis_cert"
+    )]
+    redis_key: Option<std::path::PathBuf>,
+    /// Do not check Redis's certificate (tests only).
+    #[arg(long, env = "SECKILL_REDIS_INSECURE")]
+    redis_insecure: bool,
     /// Database URL: sqlite://FILE?mode=rwc or postgres://...
     #[arg(
         long,
@@ -153,6 +180,18 @@ struct ConnArgs {
         default_value = "sqlite://seckill.db?mode=rwc"
     )]
     database_url: String,
+}
+
+impl ConnArgs {
+    /// The Redis TLS options.
+    fn security(&self) -> seckill::config::RedisSecurity {
+        seckill::config::RedisSecurity {
+            tls: self.redis_tls,
+            ca_file: self.redis_cacert.clone(),
+            client_cert: self.redis_cert.clone().zip(self.redis_key.clone()),
+            insecure: self.redis_insecure,
+        }
+    }
 }
 
 /// The voucher a repair command works on, and where its state lives.
@@ -260,6 +299,7 @@ async fn serve(args: ServeArgs) -> Result<(), seckill::state::BoxError> {
         }
     };
     let mut config = Config::new(&args.conn.redis_url, &args.conn.database_url, args.strategy);
+    config.redis_security = args.conn.security();
     config.admin_token = admin_token;
     if let Some(name) = args.consumer_name {
         config.consumer_name = name;
@@ -296,11 +336,12 @@ async fn serve(args: ServeArgs) -> Result<(), seckill::state::BoxError> {
 /// An instance's state for a repair command: connects (and migrates) but
 /// serves nothing and runs no consumer.
 async fn repair_state(target: &RepairArgs) -> Result<seckill::AppState, seckill::state::BoxError> {
-    let config = Config::new(
+    let mut config = Config::new(
         &target.conn.redis_url,
         &target.conn.database_url,
         Strategy::Lua,
     );
+    config.redis_security = target.conn.security();
     seckill::AppState::connect(config).await
 }
 

@@ -87,12 +87,16 @@ impl AppState {
             return Err("segments must be between 1 and 1024".into());
         }
         config.validate()?;
-        let locks = locksmith::Client::builder(config.redis_url.as_str())
+        let locks = config
+            .redis_security
+            .apply(locksmith::Client::builder(config.redis_url.as_str()))
             .connect_timeout(Duration::from_secs(3))
             .command_timeout(Duration::from_secs(2))
             .build()
             .await?;
-        let redis_client = redis::Client::open(config.redis_url.as_str())?;
+        // The stream consumer's own connections reach Redis the way the
+        // locks do (credentials, database, TLS).
+        let redis_client = locks.redis_client()?;
         let db = Db::connect(&config.database_url, config.db).await?;
         let order_ids = locks
             .id_generator("seckill:order-seq")?

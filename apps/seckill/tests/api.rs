@@ -448,3 +448,54 @@ async fn health_and_metrics_answer() {
     assert!(text.contains("seckill_orders_rejected_total"), "{text}");
     assert!(text.contains("reason=\"sold_out\""), "{text}");
 }
+
+/// The service on a TLS Redis as an ACL user: the purchase (the gate) and
+/// the pipeline's own connections (the stream consumer) both reach it.
+#[tokio::test]
+async fn a_lua_sale_runs_on_tls_redis_as_an_acl_user() {
+    let files = locksmith_testkit::TlsFiles::generate().unwrap();
+    let redis = RedisServer::builder()
+        .tls(&files, false)
+        .arg("--user")
+        .arg("shop")
+        .arg("on")
+        .arg(">shop-pass")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .start()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}?mode=rwc", dir.path().join("tls.db").display());
+    let url = format!(
+        "rediss://shop:shop-pass@127.0.0.1:{}",
+        redis.tls_port().unwrap()
+    );
+    let mut c = config(&url, &db, Strategy::Lua, "tls");
+    c.redis_security.ca_file = Some(files.ca_cert());
+    let api = Api {
+        state: AppState::connect(c).await.unwrap(),
+        _redis: redis,
+        _dir: dir,
+    };
+    let (_, v) = api.create(voucher(3, -5, 60), Some(ADMIN)).await;
+    let id = v["id"].to_string();
+    let (s, order) = api.buy(&id, Some("7")).await;
+    assert_eq!(s, StatusCode::CREATED, "{order}");
+    let order_id = order["order_id"].as_str().unwrap().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        run_pipeline_briefly(&api).await;
+        let (s, o) = api.get_as(&format!("/orders/{order_id}"), "7").await;
+        assert_eq!(s, StatusCode::OK, "{o}");
+        if o["status"] == "created" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never written: {o}");
+    }
+    // The wrong CA: the service does not start.
+    let mut c = config(&url, "sqlite::memory:", Strategy::Lua, "tls2");
+    c.redis_security.ca_file = Some(files.other_ca_cert());
+    let e = AppState::connect(c).await.map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("certificate"), "{e}");
+}

@@ -556,6 +556,10 @@ impl ClientBuilder {
                 server_id,
                 security: security.clone(),
                 node_prefix: address.node_prefix(),
+                single_url: match &address {
+                    Address::Single(url) => Some(url.clone()),
+                    _ => None,
+                },
                 notes: ack_note.into_iter().collect(),
                 hub: NotifyHub::new(
                     source,
@@ -630,6 +634,8 @@ struct Inner {
     security: Security,
     /// `scheme://[user info@]` of a node URL of this deployment.
     node_prefix: String,
+    /// The URL of a single-server deployment.
+    single_url: Option<String>,
     /// What the client turned off at connect because the deployment
     /// refused it (see [`Client::notes`]).
     notes: Vec<String>,
@@ -782,6 +788,27 @@ impl Client {
         &self.inner.config
     }
 
+    /// A redis-rs client for this client's own server, with its URL's
+    /// credentials and database, its TLS settings and its latest rotating
+    /// credentials: for an application's own commands on a separate
+    /// connection (blocking stream reads, say) that must reach Redis the
+    /// way the locks do.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a Sentinel or cluster deployment,
+    /// which one redis-rs client cannot follow: use [`Client::connection`]
+    /// there, or [`Client::node_client`] for one node.
+    pub fn redis_client(&self) -> Result<redis::Client> {
+        let Some(url) = &self.inner.single_url else {
+            return Err(Error::invalid(
+                "redis_client is for single-server deployments; use connection() or node_client()",
+            ));
+        };
+        self.inner
+            .security
+            .refreshed(self.inner.security.client(url)?)
+    }
+
     /// What this client turned off at connect because the deployment
     /// refused it, one line each: replica acknowledgement (in its
     /// automatic setting) where the server refuses `WAIT` (a proxy, a
@@ -802,9 +829,11 @@ impl Client {
     /// [`Error::InvalidArgument`] for an address that does not make a
     /// valid URL.
     pub fn node_client(&self, addr: &str) -> Result<redis::Client> {
-        self.inner
+        let client = self
+            .inner
             .security
-            .client(&format!("{}{addr}", self.inner.node_prefix))
+            .client(&format!("{}{addr}", self.inner.node_prefix))?;
+        self.inner.security.refreshed(client)
     }
 
     /// Metric labels for one object of this client: its kind, and its name
