@@ -249,6 +249,8 @@ struct Bench {
     /// Prefix of every key this run creates, unique per run so runs against
     /// a shared server never collide and can be cleaned up.
     prefix: String,
+    /// CA file of a TLS deployment (`rediss://`), for every client.
+    ca: Option<std::path::PathBuf>,
 }
 
 impl Bench {
@@ -259,7 +261,7 @@ impl Bench {
                 source: e,
             })
         })?;
-        Bench::on(url, vec![stats], None, args)
+        Bench::on(url, vec![stats], None, None, args)
             .await
             .map_err(CliError::Lock)
     }
@@ -271,9 +273,14 @@ impl Bench {
         url: &str,
         stats: Vec<MultiplexedConnection>,
         acks: Option<u32>,
+        ca: Option<std::path::PathBuf>,
         args: BenchArgs,
     ) -> Result<Bench, locksmith::Error> {
-        let conn = locksmith::Client::open(url).await?.connection();
+        let mut builder = locksmith::Client::builder(url);
+        if let Some(ca) = &ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        let conn = builder.build().await?.connection();
         Ok(Bench {
             url: url.to_owned(),
             args,
@@ -284,6 +291,7 @@ impl Bench {
                 "locksmith-bench-{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             ),
+            ca,
         })
     }
 
@@ -428,6 +436,9 @@ impl Bench {
 
     async fn locksmith(&self) -> Result<Contender, String> {
         let mut builder = locksmith::Client::builder(self.url.clone());
+        if let Some(ca) = &self.ca {
+            builder = builder.tls_ca_file(ca);
+        }
         if let Some(min) = self.acks {
             builder = builder.replica_acks(min, Duration::from_millis(500));
         }

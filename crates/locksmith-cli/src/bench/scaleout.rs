@@ -32,7 +32,7 @@ pub(super) async fn run_redlock(args: BenchArgs) -> Result<(), String> {
         args.duration,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    let bench = bench_on(&urls[0], &urls, None, &args).await?;
+    let bench = bench_on(&urls[0], &urls, None, None, &args).await?;
     let redlock = || async {
         locksmith::RedlockNodes::connect(urls.clone())
             .await
@@ -113,7 +113,7 @@ pub(super) async fn run_multi(args: BenchArgs) -> Result<(), String> {
         ("single", single.url(), vec![single.url()]),
         ("cluster", cluster_url, primaries),
     ] {
-        let bench = bench_on(&url, &stats, Some(0), &args).await?;
+        let bench = bench_on(&url, &stats, Some(0), None, &args).await?;
         let client = || async {
             locksmith::Client::builder(url.clone())
                 .replica_acks(0, std::time::Duration::from_millis(500))

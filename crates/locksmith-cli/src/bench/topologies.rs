@@ -9,11 +9,15 @@
 //! acknowledgement required, as the library's default does when replicas
 //! exist. Command counts are summed over every primary.
 //!
+//! The single server also listens for TLS (rustls on the client, a CA made
+//! here): its uncontended and contended phases run again over TLS, side by
+//! side with plain, alternating, to show what encryption costs.
+//!
 //! Everything runs on this machine's cores: the cluster's six servers share
 //! them with the client, so a cluster number measures overhead, not
 //! scaling.
 
-use locksmith_testkit::{RedisCluster, RedisServer, SentinelGroup};
+use locksmith_testkit::{RedisCluster, RedisServer, SentinelGroup, TlsFiles};
 
 use super::{connect, ratio, Bench, BenchArgs, Handoffs, Phase};
 
@@ -41,11 +45,13 @@ impl Row {
 /// side-by-side table and the targets.
 pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
     eprintln!("starting a single server, a Sentinel group (primary, 2 replicas, 3 Sentinels) and a 6-node cluster...");
-    let (single, group, cluster) = tokio::task::spawn_blocking(|| {
+    let (single, group, cluster, tls) = tokio::task::spawn_blocking(|| {
+        let tls = TlsFiles::generate()?;
         Ok::<_, std::io::Error>((
-            RedisServer::start()?,
+            RedisServer::builder().tls(&tls, false).start()?,
             SentinelGroup::start()?,
             RedisCluster::start()?,
+            tls,
         ))
     })
     .await
@@ -84,7 +90,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
         .zip(&urls)
         .zip(&stats)
     {
-        let bench = bench_on(url, stats, Some(0), &args).await?;
+        let bench = bench_on(url, stats, Some(0), None, &args).await?;
         let uncontended = bench.uncontended(bench.locksmith().await?).await?;
         super::progress(&uncontended);
         let contended = bench.contended(bench.locksmith().await?).await?;
@@ -107,10 +113,32 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
     // The cost of WAIT where there are replicas.
     let mut waits = Vec::new();
     for (i, label) in [(1, "sentinel"), (2, "cluster")] {
-        let acked = bench_on(&urls[i], &stats[i], Some(1), &args).await?;
+        let acked = bench_on(&urls[i], &stats[i], Some(1), None, &args).await?;
         let phase = acked.uncontended(acked.locksmith().await?).await?;
         super::progress(&phase);
         waits.push((label, rows[i].uncontended.rate(), phase));
+    }
+    // TLS against plain on the same single server, alternating twice so
+    // machine noise falls on both alike; the means are compared.
+    let plain = bench_on(&urls[0], &stats[0], Some(0), None, &args).await?;
+    let over_tls = bench_on(
+        &single.tls_url(),
+        &stats[0],
+        Some(0),
+        Some(tls.ca_cert()),
+        &args,
+    )
+    .await?;
+    let mut tls_rates = [[0.0f64; 2]; 2];
+    for _ in 0..2 {
+        for (i, bench) in [&plain, &over_tls].into_iter().enumerate() {
+            let u = bench.uncontended(bench.locksmith().await?).await?;
+            super::progress(&u);
+            let c = bench.contended(bench.locksmith().await?).await?;
+            super::progress(&c);
+            tls_rates[i][0] += u.rate() / 2.0;
+            tls_rates[i][1] += c.rate() / 2.0;
+        }
     }
 
     println!();
@@ -158,15 +186,35 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
             phase.detail
         );
     }
+    println!(
+        "\nTLS on the single server (rustls, ECDSA P-256; two alternating rounds, means), pairs/s:"
+    );
+    for (j, phase) in ["uncontended", "contended"].into_iter().enumerate() {
+        println!(
+            "  {phase:<12} plain {:>9.0}/s   TLS {:>9.0}/s   = {:.2}x",
+            tls_rates[0][j],
+            tls_rates[1][j],
+            tls_rates[1][j] / tls_rates[0][j].max(1e-9)
+        );
+    }
 
     let single = &rows[0];
-    let mut targets = vec![(
-        rows[2].uncontended.rate() >= 0.8 * single.uncontended.rate(),
-        format!(
-            "cluster uncontended >= 0.8x single: {:.2}x",
-            rows[2].uncontended.rate() / single.uncontended.rate().max(1e-9)
+    let mut targets = vec![
+        (
+            rows[2].uncontended.rate() >= 0.8 * single.uncontended.rate(),
+            format!(
+                "cluster uncontended >= 0.8x single: {:.2}x",
+                rows[2].uncontended.rate() / single.uncontended.rate().max(1e-9)
+            ),
         ),
-    )];
+        (
+            tls_rates[1][0] >= 0.7 * tls_rates[0][0],
+            format!(
+                "single over TLS uncontended >= 0.7x plain: {:.2}x",
+                tls_rates[1][0] / tls_rates[0][0].max(1e-9)
+            ),
+        ),
+    ];
     for row in &rows {
         targets.push((
             row.handoff_rtts() < 2.0,
@@ -201,7 +249,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
     }
     let failed = targets.iter().filter(|(pass, _)| !pass).count();
     println!("{} passed, {failed} missed", targets.len() - failed);
-    drop((single, group, cluster));
+    drop((single, group, cluster, tls));
     Ok(())
 }
 
@@ -210,13 +258,14 @@ pub(super) async fn bench_on(
     url: &str,
     stats: &[String],
     acks: Option<u32>,
+    ca: Option<std::path::PathBuf>,
     args: &BenchArgs,
 ) -> Result<Bench, String> {
     let mut nodes = Vec::new();
     for node in stats {
         nodes.push(connect(node).await.map_err(|e| e.to_string())?);
     }
-    Bench::on(url, nodes, acks, args.clone())
+    Bench::on(url, nodes, acks, ca, args.clone())
         .await
         .map_err(|e| e.to_string())
 }
