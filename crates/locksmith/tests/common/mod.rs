@@ -55,7 +55,8 @@ pub fn keys(server: &RedisServer) -> Vec<String> {
 /// The deployments the topology-parametrized suite runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topo {
-    /// A fresh single server per test.
+    /// A fresh single server per test, reached over TLS (its own CA) as a
+    /// user holding only the minimal ACL of docs/operations.md.
     Single,
     /// A primary, two replicas and three Sentinels, shared by the tests of
     /// one test binary (names are unique per test).
@@ -87,6 +88,12 @@ fn shared_cluster() -> &'static locksmith_testkit::RedisCluster {
     static CLUSTER: std::sync::OnceLock<locksmith_testkit::RedisCluster> =
         std::sync::OnceLock::new();
     CLUSTER.get_or_init(|| locksmith_testkit::RedisCluster::start().expect("start cluster"))
+}
+
+/// The CA and certificates of the suite's TLS servers, made once.
+pub fn suite_tls() -> &'static locksmith_testkit::TlsFiles {
+    static FILES: std::sync::OnceLock<locksmith_testkit::TlsFiles> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| locksmith_testkit::TlsFiles::generate().expect("make certificates"))
 }
 
 /// The password of the suite's ACL user on a single server.
@@ -136,7 +143,10 @@ impl Env {
                 // The suite's clients run as a user holding exactly the
                 // minimal ACL of docs/operations.md; the test's own checks
                 // (node_for, keys) use the default user.
-                let server = RedisServer::start().expect("start redis-server");
+                let server = RedisServer::builder()
+                    .tls(suite_tls(), false)
+                    .start()
+                    .expect("start redis-server");
                 let mut admin = server.connection().expect("admin connection");
                 let _: () = redis::cmd("ACL")
                     .arg("SETUSER")
@@ -145,7 +155,10 @@ impl Env {
                     .expect("the documented ACL is accepted");
                 Env {
                     topo,
-                    url: format!("redis://locksmith:{SUITE_PASSWORD}@{}", server.addr()),
+                    url: format!(
+                        "rediss://locksmith:{SUITE_PASSWORD}@127.0.0.1:{}",
+                        server.tls_port().expect("a TLS port")
+                    ),
                     server: Some(server),
                     nonce,
                 }
@@ -182,9 +195,20 @@ impl Env {
 
     /// A builder with the suite's defaults.
     pub fn builder(&self, lease: Duration) -> locksmith::ClientBuilder {
-        Client::builder(self.url.clone())
+        self.builder_for(&self.url)
             .lease(lease)
             .command_timeout(Duration::from_secs(2))
+    }
+
+    /// A builder for another URL of this deployment, trusting the suite's
+    /// CA where it speaks TLS.
+    pub fn builder_for(&self, url: &str) -> locksmith::ClientBuilder {
+        let builder = Client::builder(url);
+        if url.starts_with("rediss") {
+            builder.tls_ca_file(suite_tls().ca_cert())
+        } else {
+            builder
+        }
     }
 
     /// `base` made unique to this test (and, on a cluster, spread over

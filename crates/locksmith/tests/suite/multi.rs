@@ -131,7 +131,8 @@ async fn bad_input_is_refused(env: Env) {
     let alias = env.url.replace("127.0.0.1", "localhost");
     assert_ne!(alias, env.url);
     let other = env.builder(Duration::from_secs(30)).build().await.unwrap();
-    let aliased = locksmith::Client::builder(alias)
+    let aliased = env
+        .builder_for(&alias)
         .lease(Duration::from_secs(30))
         .build()
         .await
