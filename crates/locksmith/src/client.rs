@@ -521,6 +521,7 @@ impl ClientBuilder {
         let server_id = server_identity(&address, &conn).await?;
         let (acks, ack_note) =
             replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
+        let mut notes: Vec<String> = ack_note.into_iter().collect();
         let notify = match &address {
             Address::Cluster { .. } => {
                 let version = server_major_version(&conn).await?;
@@ -532,8 +533,23 @@ impl ClientBuilder {
                         )))
                     }
                     Some(mode) => mode,
-                    None if version >= 7 => NotifyMode::Sharded,
-                    None => NotifyMode::Classic,
+                    None if version >= 7 && topology::sharded_pubsub(&conn).await => {
+                        NotifyMode::Sharded
+                    }
+                    None => {
+                        let why = if version < 7 {
+                            format!("it runs Redis {version}")
+                        } else {
+                            "it refuses SPUBLISH".to_owned()
+                        };
+                        tracing::warn!(addr = %address.describe(), "sharded pub/sub unavailable ({why}); release notifications use classic PUBLISH");
+                        metrics::counter!("locksmith_capability_missing_total", "capability" => "sharded_pubsub").increment(1);
+                        notes.push(format!(
+                            "release notifications use classic pub/sub: {} has no sharded pub/sub ({why})",
+                            address.describe()
+                        ));
+                        NotifyMode::Classic
+                    }
                 }
             }
             _ => NotifyMode::Classic,
@@ -560,7 +576,7 @@ impl ClientBuilder {
                     Address::Single(url) => Some(url.clone()),
                     _ => None,
                 },
-                notes: ack_note.into_iter().collect(),
+                notes,
                 hub: NotifyHub::new(
                     source,
                     HubTimeouts {
@@ -813,7 +829,9 @@ impl Client {
     /// refused it, one line each: replica acknowledgement (in its
     /// automatic setting) where the server refuses `WAIT` (a proxy, a
     /// serverless offering, a renamed command, an ACL user without the
-    /// right). Each was also logged once at WARN and counted in
+    /// right), and sharded pub/sub on a cluster whose nodes lack it
+    /// (release notifications then use classic `PUBLISH`, as for Redis
+    /// before 7). Each was also logged once at WARN and counted in
     /// `locksmith_capability_missing_total{capability}`. Empty when
     /// nothing was turned off.
     pub fn notes(&self) -> &[String] {

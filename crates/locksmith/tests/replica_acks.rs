@@ -159,3 +159,64 @@ async fn a_server_that_refuses_wait_turns_automatic_acknowledgement_off() {
     let plain = RedisServer::start().unwrap();
     assert!(Client::open(&plain.url()).await.unwrap().notes().is_empty());
 }
+
+/// A cluster user without sharded pub/sub's rights (as behind a proxy that
+/// does not know them): notifications fall back to classic pub/sub, with
+/// a note, and a waiter is still woken by a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_sharded_pubsub_notifies_classically() {
+    let cluster =
+        tokio::task::block_in_place(locksmith_testkit::RedisCluster::start).expect("a cluster");
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&[
+                "app",
+                "on",
+                ">app-pass",
+                "~*",
+                "&*",
+                "+@all",
+                "-pubsub|shardnumsub",
+                "-ssubscribe",
+                "-sunsubscribe",
+                "-spublish",
+            ])
+            .query(&mut node.connection().unwrap())
+            .unwrap();
+    }
+    let url = format!("redis+cluster://app:app-pass@{}", cluster.addrs().join(","));
+    let holder = Client::builder(&url)
+        .replica_acks(0, Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        holder.notes().iter().any(|n| n.contains("classic pub/sub")),
+        "{:?}",
+        holder.notes()
+    );
+    let waiter_client = Client::builder(&url)
+        .replica_acks(0, Duration::from_millis(100))
+        .lease(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let held = holder.lock("no-sharded").unwrap().lock().await.unwrap();
+    let waiter = {
+        let lock = waiter_client.lock("no-sharded").unwrap();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let guard = lock.lock().await.unwrap();
+            (started.elapsed(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let (waited, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the classic release message, long before the 30 s lease")
+        .unwrap();
+    assert!(waited < Duration::from_secs(10));
+    guard.release().await.unwrap();
+}

@@ -1085,6 +1085,22 @@ pub(crate) async fn replica_acks(
     Ok((Acks::default(), Some(note)))
 }
 
+/// True unless the deployment refuses sharded pub/sub (a proxy that does
+/// not know `SPUBLISH`, an ACL user without the right).
+pub(crate) async fn sharded_pubsub(conn: &Conn) -> bool {
+    // SPUBLISH is routed to the one node of its channel's slot, whose
+    // answer comes back as it is (nobody listens to the probe channel).
+    let mut probe = conn.clone();
+    !matches!(
+        redis::cmd("SPUBLISH")
+            .arg("locksmith:capability-probe")
+            .arg("")
+            .query_async::<Value>(&mut probe)
+            .await,
+        Err(e) if is_refusal(&e)
+    )
+}
+
 /// True when the server refuses a command outright (unknown, renamed
 /// away, or not permitted to this user): nothing ran.
 fn is_refusal(e: &redis::RedisError) -> bool {
