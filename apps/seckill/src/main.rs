@@ -147,7 +147,7 @@ struct ConnArgs {
     )]
     redis_url: String,
     /// Speak TLS to Redis even for a redis:// URL (rediss:// needs nothing).
-    #[arg(long, env = "SECKILL_REDIS_TLS")]
+    #[arg(long, env = "SECKILL_REDIS_TLS", value_parser = clap::builder::BoolishValueParser::new())]
     redis_tls: bool,
     /// PEM file of the CAs that sign Redis's certificate (default: the
     /// system's roots).
@@ -171,7 +171,7 @@ struct ConnArgs {
     )]
     redis_key: Option<std::path::PathBuf>,
     /// Do not check Redis's certificate (tests only).
-    #[arg(long, env = "SECKILL_REDIS_INSECURE")]
+    #[arg(long, env = "SECKILL_REDIS_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
     redis_insecure: bool,
     /// Database URL: sqlite://FILE?mode=rwc or postgres://...
     #[arg(

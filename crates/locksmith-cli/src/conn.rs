@@ -23,7 +23,7 @@ pub(crate) struct ConnArgs {
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) redis: Option<String>,
     /// Speak TLS even when the URL's scheme is a plain one.
-    #[arg(long, global = true, env = "LOCKSMITH_TLS")]
+    #[arg(long, global = true, env = "LOCKSMITH_TLS", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) tls: bool,
     /// PEM file of the CAs that sign the servers' certificates (default:
     /// the system's roots). Implies --tls.
@@ -49,7 +49,7 @@ pub(crate) struct ConnArgs {
     pub(crate) key: Option<PathBuf>,
     /// Do not check the servers' certificates at all. For tests only:
     /// anyone on the path can read and change the traffic. Implies --tls.
-    #[arg(long, global = true, env = "LOCKSMITH_INSECURE")]
+    #[arg(long, global = true, env = "LOCKSMITH_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) insecure: bool,
     /// ACL user name (replaces the URL's).
     #[arg(long, global = true, env = "LOCKSMITH_USER", value_name = "NAME")]
@@ -149,6 +149,18 @@ impl ConnArgs {
             b = b.key_prefix(prefix);
         }
         b
+    }
+
+    /// True when any option beside the URL was given (TLS, credentials, a
+    /// key prefix).
+    pub(crate) fn has_options(&self) -> bool {
+        self.tls
+            || self.cacert.is_some()
+            || self.cert.is_some()
+            || self.insecure
+            || self.user.is_some()
+            || self.pass.is_some()
+            || self.key_prefix.is_some()
     }
 
     /// Connects with every option.

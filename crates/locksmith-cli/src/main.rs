@@ -370,7 +370,16 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             Ok(0)
         }
         #[cfg(feature = "bench")]
-        Command::Bench(args) => bench::run(cli.conn.redis, args).await,
+        Command::Bench(args) => {
+            if cli.conn.has_options() {
+                return Err(CliError::Usage(
+                    "bench takes --redis only: it measures plain connections as the default user \
+                     (bench --topologies runs a TLS comparison of its own)"
+                        .into(),
+                ));
+            }
+            bench::run(cli.conn.redis, args).await
+        }
         #[cfg(feature = "bench")]
         Command::Chaos(args) => chaos::run(args).await,
         #[cfg(feature = "bench")]

@@ -805,10 +805,12 @@ impl Client {
     }
 
     /// A redis-rs client for this client's own server, with its URL's
-    /// credentials and database, its TLS settings and its latest rotating
-    /// credentials: for an application's own commands on a separate
-    /// connection (blocking stream reads, say) that must reach Redis the
-    /// way the locks do.
+    /// credentials and database, its TLS settings and, with a credentials
+    /// provider, the credentials it answered last: for an application's
+    /// own commands on a separate connection (blocking stream reads, say)
+    /// that must reach Redis the way the locks do. The credentials are a
+    /// snapshot: with rotating credentials, ask again for each new
+    /// connection.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] on a Sentinel or cluster deployment,
@@ -841,7 +843,9 @@ impl Client {
     /// A redis-rs client for one node of this deployment (`host:port`,
     /// e.g. a cluster primary from `CLUSTER NODES`), with this client's
     /// credentials (the data nodes') and TLS settings: for tools that
-    /// must talk to each node, such as a scan of every primary.
+    /// must talk to each node, such as a scan of every primary. With
+    /// rotating credentials these are the latest answer: ask again for
+    /// each new connection.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an address that does not make a

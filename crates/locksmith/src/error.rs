@@ -246,7 +246,10 @@ impl Error {
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Internal(_) => ErrorKind::Internal,
             Error::Closed { .. } => ErrorKind::Closed,
-            Error::Redis(e) if is_auth_failure(e) => ErrorKind::Auth,
+            // While running, only a refused right is final: a failed AUTH
+            // on a reconnect (a password rotated before the provider was
+            // asked again) stays a connection error, which is resent.
+            Error::Redis(e) if e.code() == Some("NOPERM") => ErrorKind::Auth,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
             Error::Redis(e)
                 if e.is_io_error()

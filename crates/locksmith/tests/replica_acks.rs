@@ -104,12 +104,16 @@ async fn every_release_of_the_family_waits_for_replicas() {
 /// offerings that answer "unknown command 'wait'"), with a replica in
 /// sync: acknowledgement would be on by default.
 fn primary_without_wait() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::builder()
-        .arg("--rename-command")
-        .arg("WAIT")
-        .arg("")
-        .start()
-        .unwrap();
+    primary_with_replica(true)
+}
+
+/// A primary (its `WAIT` renamed away if `no_wait`) and a replica in sync.
+fn primary_with_replica(no_wait: bool) -> (RedisServer, RedisServer) {
+    let mut builder = RedisServer::builder();
+    if no_wait {
+        builder = builder.arg("--rename-command").arg("WAIT").arg("");
+    }
+    let primary = builder.start().unwrap();
     let replica = RedisServer::builder()
         .arg("--replicaof")
         .arg("127.0.0.1")
@@ -156,8 +160,16 @@ async fn a_server_that_refuses_wait_turns_automatic_acknowledgement_off() {
     assert!(e.is_invalid_argument(), "{e}");
     assert!(e.to_string().contains("WAIT"), "{e}");
     // Where WAIT is there, nothing is noted.
-    let plain = RedisServer::start().unwrap();
-    assert!(Client::open(&plain.url()).await.unwrap().notes().is_empty());
+    let (plain, _replica) = tokio::task::spawn_blocking(|| primary_with_replica(false))
+        .await
+        .unwrap();
+    let client = Client::open(&plain.url()).await.unwrap();
+    assert_eq!(
+        client.replica_acks(),
+        1,
+        "WAIT is there: acknowledgement on"
+    );
+    assert!(client.notes().is_empty(), "{:?}", client.notes());
 }
 
 /// A cluster user without sharded pub/sub's rights (as behind a proxy that

@@ -23,11 +23,32 @@ fn acl(addr: &str, args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_and_data_nodes_take_their_own_credentials() {
     let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
+    // The Sentinels monitor the data nodes as `app` from now on; then the
+    // data nodes' default user goes, so only `app` gets in there.
+    for addr in group.sentinel_addrs() {
+        for (option, value) in [("auth-user", "app"), ("auth-pass", "data-pass")] {
+            let _: () = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(group.master_name())
+                .arg(option)
+                .arg(value)
+                .query(
+                    &mut redis::Client::open(format!("redis://{addr}"))
+                        .unwrap()
+                        .get_connection()
+                        .unwrap(),
+                )
+                .unwrap();
+        }
+    }
     for node in group.nodes() {
         acl(
             &node.addr(),
             &["app", "on", ">data-pass", "~*", "&*", "+@all"],
         );
+    }
+    for node in group.nodes() {
+        acl(&node.addr(), &["default", "off"]);
     }
     // The Sentinels: a user of their own; the default user off, last.
     for addr in group.sentinel_addrs() {
@@ -50,6 +71,24 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
         .expect("connect through password-protected Sentinels");
     let guard = client.lock("sentinel-auth").unwrap().lock().await.unwrap();
     guard.release().await.unwrap();
+    // Without the data nodes' credentials the Sentinels still answer, the
+    // primary does not.
+    let bare = format!(
+        "redis+sentinel://{}/{}",
+        group.sentinel_addrs().join(","),
+        group.master_name()
+    );
+    let e = Client::builder(&bare)
+        .sentinel_credentials(Some("watcher"), "sentinel-pass")
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        e.to_string().to_lowercase().contains("auth"),
+        "the data nodes refuse the default user: {e}"
+    );
 
     // Without the Sentinels' credentials: refused, and said so.
     let e = Client::builder(&url)
@@ -70,4 +109,129 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
         .map(|_| ())
         .unwrap_err();
     assert!(e.is_invalid_argument(), "{e}");
+}
+
+/// Answers the password it holds now.
+#[derive(Clone, Default)]
+struct Vault(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl locksmith::CredentialsProvider for Vault {
+    fn credentials(&self) -> locksmith::CredentialsFuture<'_> {
+        let password = self.0.lock().unwrap().clone();
+        Box::pin(async move { Ok(locksmith::Credentials::new(Some("app"), password)) })
+    }
+}
+
+/// Rotating credentials behind Sentinel: the data nodes' password changes
+/// while a lock is held and a waiter of another client waits, and every
+/// connection of the user is killed. The pub/sub connection is reopened
+/// through a fresh lookup with the new password (the Sentinels' lookup
+/// checks the primary's role with the data nodes' credentials).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_data_node_credentials_behind_sentinel() {
+    let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
+    let sentinel_set = |option: &str, value: &str| {
+        for addr in group.sentinel_addrs() {
+            let _: () = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(group.master_name())
+                .arg(option)
+                .arg(value)
+                .query(
+                    &mut redis::Client::open(format!("redis://{addr}"))
+                        .unwrap()
+                        .get_connection()
+                        .unwrap(),
+                )
+                .unwrap();
+        }
+    };
+    sentinel_set("auth-user", "app");
+    sentinel_set("auth-pass", "pass-1");
+    for node in group.nodes() {
+        acl(&node.addr(), &["app", "on", ">pass-1", "~*", "&*", "+@all"]);
+    }
+    for node in group.nodes() {
+        acl(&node.addr(), &["default", "off"]);
+    }
+    let primary = group.primary_addr();
+    let as_app = |password: &str| {
+        redis::Client::open(format!("redis://app:{password}@{primary}"))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let vault = Vault::default();
+    *vault.0.lock().unwrap() = "pass-1".into();
+    let url = format!(
+        "redis+sentinel://{}/{}",
+        group.sentinel_addrs().join(","),
+        group.master_name()
+    );
+    let connect = || {
+        Client::builder(&url)
+            .lease(Duration::from_secs(1))
+            .replica_acks(0, Duration::from_millis(100))
+            .credentials_provider(vault.clone(), Duration::from_millis(100))
+            .build()
+    };
+    let holder = connect().await.unwrap();
+    let other = connect().await.unwrap();
+    let held = holder.lock("rotating").unwrap().lock().await.unwrap();
+    let waiter = {
+        let lock = other.lock("rotating").unwrap();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let listeners = |password: &'static str| {
+        let mut conn = as_app(password);
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{rotating}")
+            .query(&mut conn)
+            .unwrap();
+        n
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while listeners("pass-1") == 0 {
+        assert!(std::time::Instant::now() < deadline, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Rotate on every data node and in the Sentinels, then in the vault.
+    for node in group.nodes() {
+        let mut conn = redis::Client::open(format!("redis://app:pass-1@{}", node.addr()))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&["app", "resetpass", ">pass-2"])
+            .query(&mut conn)
+            .unwrap();
+    }
+    sentinel_set("auth-pass", "pass-2");
+    *vault.0.lock().unwrap() = "pass-2".into();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("USER")
+        .arg("app")
+        .query(&mut as_app("pass-2"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!held.is_lost(), "the hold was lost across the rotation");
+    let deadline = std::time::Instant::now() + Duration::from_secs(8);
+    while listeners("pass-2") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter's subscription did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the release wakes the waiter")
+        .unwrap()
+        .expect("no error reaches the waiter");
+    got.release().await.unwrap();
 }

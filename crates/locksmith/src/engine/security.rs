@@ -213,6 +213,11 @@ impl Security {
     /// holds no PEM certificate (or key), and for a client certificate
     /// without TLS.
     pub(crate) fn load(options: &TlsOptions) -> Result<Security> {
+        // redis-rs builds its rustls configurations with the process-wide
+        // provider; with more than one provider compiled in (an
+        // application that also enables rustls's aws-lc-rs) none would be
+        // picked, so ring is made the default unless one is set already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let root_cert = match &options.ca_file {
             Some(path) => Some(read_pem(path, "CA file", "CERTIFICATE")?),
             None => None,
@@ -293,15 +298,17 @@ impl Security {
     /// [`Error::InvalidArgument`] for a URL redis-rs refuses, or PEM data
     /// it cannot parse.
     pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
-        let bad = |e: redis::RedisError| Error::invalid(format!("bad Redis URL {url:?}: {e}"));
+        let bad =
+            |e: redis::RedisError| Error::invalid(format!("bad Redis URL {:?}: {e}", redact(url)));
         let url = self.with_mode(url);
         let info = url.as_str().into_connection_info().map_err(bad)?;
         if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return redis::Client::open(info).map_err(bad);
         }
         match &self.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone())
-                .map_err(|e| Error::invalid(format!("TLS certificates for {url:?}: {e}"))),
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone()).map_err(|e| {
+                Error::invalid(format!("TLS certificates for {:?}: {e}", redact(&url)))
+            }),
             None => redis::Client::open(info).map_err(bad),
         }
     }
@@ -363,6 +370,21 @@ impl Security {
     }
 }
 
+/// `url` without its user info (`user:password@`), for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (hosts, path) = rest.split_at(end);
+    let hosts = hosts
+        .split(',')
+        .map(|h| h.rsplit_once('@').map_or(h, |(_, host)| host))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!("{scheme}://{hosts}{path}")
+}
+
 /// True for a URL that asks for TLS.
 pub(crate) fn is_tls_url(url: &str) -> bool {
     url.starts_with("rediss://") || url.starts_with("rediss+") || url.starts_with("valkeys")
@@ -373,6 +395,12 @@ fn read_pem(path: &Path, role: &str, what: &str) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid(format!("cannot read the {role} {}: {e}", path.display())))?;
     let text = String::from_utf8_lossy(&bytes);
+    if text.contains("ENCRYPTED PRIVATE KEY") {
+        return Err(Error::invalid(format!(
+            "the {role} {} is encrypted; give an unencrypted PEM key",
+            path.display()
+        )));
+    }
     if !text.contains("-----BEGIN ") || !text.contains(what) {
         return Err(Error::invalid(format!(
             "the {role} {} holds no PEM {}",
@@ -423,6 +451,16 @@ mod tests {
             s.with_mode("rediss://h:1/#insecure"),
             "rediss://h:1/#insecure"
         );
+    }
+
+    #[test]
+    fn urls_in_messages_carry_no_credentials() {
+        assert_eq!(redact("rediss://app:secret@h:1/2"), "rediss://h:1/2");
+        assert_eq!(
+            redact("redis+cluster://:pw@a:1,b:2"),
+            "redis+cluster://a:1,b:2"
+        );
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::engine::conn::{Acks, Timing};
-use crate::engine::security::{is_tls_url, Credentials, Security};
+use crate::engine::security::{is_tls_url, redact, Credentials, Security};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -66,7 +66,7 @@ impl Address {
     /// Sentinels themselves are contacted without, unless given apart
     /// ([`Address::with_sentinel_credentials`]).
     pub(crate) fn parse(url: &str, force_tls: bool) -> Result<Address> {
-        let bad = |why: &str| Error::invalid(format!("bad Redis URL {url:?}: {why}"));
+        let bad = |why: &str| Error::invalid(format!("bad Redis URL {:?}: {why}", redact(url)));
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| bad("expected scheme://..."))?;
@@ -465,7 +465,10 @@ fn cluster_client_with(
     security
         .cluster(builder, seeds.iter().any(|s| is_tls_url(s)))
         .build()
-        .map_err(|e| Error::invalid(format!("bad cluster seed list {seeds:?}: {e}")))
+        .map_err(|e| {
+            let seeds: Vec<String> = seeds.iter().map(|s| redact(s)).collect();
+            Error::invalid(format!("bad cluster seed list {seeds:?}: {e}"))
+        })
 }
 
 /// A Redis Cluster, through two connections: one that resends a command
@@ -710,7 +713,15 @@ impl SentinelConn {
     /// A `redis::Client` for the current primary (the notify hub's pub/sub
     /// connection), asking the Sentinels afresh.
     pub(crate) async fn primary_client(&self) -> redis::RedisResult<redis::Client> {
-        self.shared.resolver.lock().await.async_get_client().await
+        let mut resolver = self.shared.resolver.lock().await;
+        if self.shared.security.rotates() {
+            // The lookup checks the named node's role with the data
+            // nodes' credentials: the latest ones.
+            if let Ok(fresh) = sentinel_client(&self.shared.address, &self.shared.security) {
+                *resolver = fresh;
+            }
+        }
+        resolver.async_get_client().await
     }
 
     /// After a failure seen at `epoch`: asks the Sentinels which node is
@@ -898,8 +909,10 @@ fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelCli
     else {
         return Err(Error::invalid("not a Sentinel address"));
     };
-    let bad =
-        |e: redis::RedisError| Error::invalid(format!("bad Sentinel list {sentinels:?}: {e}"));
+    let bad = |e: redis::RedisError| {
+        let sentinels: Vec<String> = sentinels.iter().map(|s| redact(s)).collect();
+        Error::invalid(format!("bad Sentinel list {sentinels:?}: {e}"))
+    };
     let infos = sentinels
         .iter()
         .map(|s| s.as_str().into_connection_info())
@@ -1093,7 +1106,7 @@ pub(crate) async fn sharded_pubsub(conn: &Conn) -> bool {
     let mut probe = conn.clone();
     !matches!(
         redis::cmd("SPUBLISH")
-            .arg("locksmith:capability-probe")
+            .arg("redisson_locksmith_probe")
             .arg("")
             .query_async::<Value>(&mut probe)
             .await,
