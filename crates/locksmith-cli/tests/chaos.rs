@@ -1,7 +1,8 @@
 //! The chaos runner through the built binary: a short run under every
-//! single-server fault passes with zero violations, and the same run with
-//! a deliberately broken lock (releases without the owner check) is
-//! caught by the checker.
+//! single-server fault, with the reentrant lock, the fair lock and the
+//! read-write lock's write hold on different names, passes with zero
+//! violations, and a deliberately broken release (no owner check) is
+//! caught by the checker for each of the three kinds.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,7 +45,8 @@ fn a_short_run_under_every_fault_has_no_violations() {
     let dir = std::env::temp_dir().join(format!("chaos-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("chaos.json");
-    let (code, stdout, figures) = chaos(&["--duration", "60s"], &json);
+    let (code, stdout, figures) = chaos(&["--duration", "60s", "--kind", "mixed"], &json);
+    assert_eq!(figures["kind"], "mixed", "{figures}");
     let report = &figures["report"];
     assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(
@@ -69,6 +71,47 @@ fn a_short_run_under_every_fault_has_no_violations() {
         "{stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A broken release (a raw `DEL` of the lock's hash, whoever holds it) on
+/// `kind`'s locks is caught within 30 s under pauses.
+fn broken_kind_is_caught(kind: &str) {
+    let dir = std::env::temp_dir().join(format!("chaos-broken-{kind}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("chaos.json");
+    let (code, stdout, figures) = chaos(
+        &[
+            "--duration",
+            "30s",
+            "--faults",
+            "pause",
+            "--kind",
+            kind,
+            "--broken-release",
+        ],
+        &json,
+    );
+    assert_eq!(
+        code,
+        Some(1),
+        "{kind}: violations make the run fail: {stdout}"
+    );
+    let violations = figures["report"]["violations"].as_array().unwrap();
+    assert!(
+        violations.iter().any(|v| v["rule"] == "overlap"),
+        "{kind}: the broken release lets two holders in: {stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broken_fair_lock_is_caught() {
+    broken_kind_is_caught("fair");
+}
+
+#[test]
+fn a_broken_write_lock_is_caught() {
+    broken_kind_is_caught("write");
 }
 
 #[test]

@@ -88,6 +88,11 @@ pub(crate) struct ChaosArgs {
     /// holds it: no owner check) to show the checker catches it.
     #[arg(long)]
     broken_release: bool,
+    /// Which exclusive lock the workers take: the reentrant lock, the fair
+    /// lock, the read-write lock's write hold, or `mixed` (each name one
+    /// of the three, by position).
+    #[arg(long, value_enum, default_value_t = worker::Kind::Lock)]
+    kind: worker::Kind,
 }
 
 const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "latency"];
@@ -220,6 +225,12 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             .arg("--out")
             .arg(dir.join(format!("{}.jsonl", slot.name)))
             .args(args.broken_release.then_some("--broken-release"))
+            .arg("--kind")
+            .arg(
+                clap::ValueEnum::to_possible_value(&args.kind)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_else(|| "lock".into()),
+            )
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -354,6 +365,7 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             "lease_ms": args.lease.as_millis() as u64,
             "topology": format!("{:?}", args.topology).to_lowercase(),
             "broken_release": args.broken_release,
+            "kind": args.kind,
             "report": report,
         });
         std::fs::write(
@@ -605,8 +617,9 @@ async fn inject(
 
 fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
     println!(
-        "locksmith chaos: {:?} topology, {} workers, {} names, lease {:?}, {:.0} s{}",
+        "locksmith chaos: {:?} topology, {:?} locks, {} workers, {} names, lease {:?}, {:.0} s{}",
         args.topology,
+        args.kind,
         args.workers,
         args.names,
         args.lease,

@@ -38,6 +38,36 @@ pub(crate) struct WorkerArgs {
     /// (skips the owner check), to show the checker catches it.
     #[arg(long)]
     pub(crate) broken_release: bool,
+    /// Which exclusive lock the names are (with `mixed`, by name).
+    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    pub(crate) kind: Kind,
+}
+
+/// The exclusive locks a chaos run can hold: each grants one holder at a
+/// time a fencing token, so the checker's exclusion and fencing rules hold
+/// for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Kind {
+    /// The reentrant lock.
+    Lock,
+    /// The fair lock (first come, first served).
+    Fair,
+    /// The read-write lock's write hold.
+    Write,
+    /// Every name one of the above, by its position: lock, fair, write,
+    /// lock, ...
+    Mixed,
+}
+
+impl Kind {
+    /// The kind of the `index`-th name.
+    pub(crate) fn of_name(self, index: usize) -> Kind {
+        match self {
+            Kind::Mixed => [Kind::Lock, Kind::Fair, Kind::Write][index % 3],
+            kind => kind,
+        }
+    }
 }
 
 /// Appends events to the history file, one flushed line each, so a
@@ -93,8 +123,9 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         round += 1;
         // Workers start on different names (by slot), then cycle.
         let slot: usize = args.name.bytes().map(usize::from).sum();
-        let lock_name = &args.names[(round as usize + slot) % args.names.len()];
-        hold_once(&client, &resource, lock_name, &args, &rec).await;
+        let index = (round as usize + slot) % args.names.len();
+        let kind = args.kind.of_name(index);
+        hold_once(&client, &resource, &args.names[index], kind, &args, &rec).await;
     }
     rec.record(Event::Exit {
         t: now(),
@@ -108,20 +139,32 @@ async fn hold_once(
     client: &Client,
     resource: &Client,
     name: &str,
+    kind: Kind,
     args: &WorkerArgs,
     rec: &Recorder,
 ) {
     let p = rec.p.clone();
-    let lock = match client.lock(name) {
-        Ok(lock) => lock,
-        Err(_) => return,
-    };
     rec.record(Event::AcquireInvoke {
         t: now(),
         p: p.clone(),
         lock: name.to_owned(),
     });
-    let guard = match lock.try_lock_for(args.lease * 2).await {
+    let wait = args.lease * 2;
+    let acquired = match kind {
+        Kind::Fair => match client.fair_lock(name) {
+            Ok(lock) => lock.try_lock_for(wait).await,
+            Err(e) => Err(e),
+        },
+        Kind::Write => match client.read_write_lock(name) {
+            Ok(lock) => lock.try_write_for(wait).await,
+            Err(e) => Err(e),
+        },
+        Kind::Lock | Kind::Mixed => match client.lock(name) {
+            Ok(lock) => lock.try_lock_for(wait).await,
+            Err(e) => Err(e),
+        },
+    };
+    let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => {
             rec.record(Event::AcquireFail {
@@ -225,8 +268,13 @@ async fn hold_once(
         token,
     });
     let outcome = if args.broken_release {
-        // Skips the owner check: deletes whoever holds the lock now.
-        let result = lock.force_unlock().await;
+        // Skips the owner check: deletes whoever holds the lock now (each
+        // kind keeps its holders in the hash at the lock's name).
+        let result: locksmith::Result<i64> = redis::cmd("DEL")
+            .arg(name)
+            .query_async(&mut client.connection())
+            .await
+            .map_err(locksmith::Error::Redis);
         drop(guard);
         match result {
             Ok(_) => ReleaseOutcome::Ok,
