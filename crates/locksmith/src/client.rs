@@ -858,6 +858,17 @@ impl Client {
         self.inner.security.refreshed(client)
     }
 
+    /// Runs `attempt`, an acquire of a `kind` object called `name`, with
+    /// its span, metrics and outcome recorded (see `observe::acquire`).
+    pub(crate) async fn observed<T: crate::engine::observe::Grant>(
+        &self,
+        kind: &'static str,
+        name: &str,
+        attempt: impl std::future::Future<Output = Result<Option<T>>>,
+    ) -> Result<Option<T>> {
+        crate::engine::observe::acquire(&self.labels(kind, name), name, attempt).await
+    }
+
     /// Metric labels for one object of this client: its kind, and its name
     /// when the client was built with `metric_names`.
     pub(crate) fn labels(&self, kind: &'static str, name: &str) -> crate::engine::observe::Labels {

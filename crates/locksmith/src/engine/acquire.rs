@@ -335,6 +335,23 @@ impl<S: Send + 'static> Drop for WaitEntry<S> {
 /// }
 /// ```
 macro_rules! wait_methods {
+    // A core of a kind whose acquires are observed (span, metrics) as
+    // `$kind`: the core is wrapped once, here, instead of in every kind.
+    (
+        observed($kind:literal) $core:ident() -> $out:ty: $($rest:tt)*
+    ) => {
+        async fn observed_core(
+            &self,
+            wait: Option<std::time::Duration>,
+        ) -> $crate::error::Result<Option<$out>> {
+            self.shared
+                .client
+                .observed($kind, self.name(), self.$core(wait))
+                .await
+        }
+
+        $crate::engine::acquire::wait_methods! { observed_core() -> $out: $($rest)* }
+    };
     (
         $core:ident($($arg:expr),*) -> $out:ty:
         $(#[$wait_doc:meta])* $wait:ident;

@@ -191,7 +191,7 @@ impl FairLock {
         })
     }
 
-    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+    crate::engine::acquire::wait_methods! { observed("fair-lock") acquire_inner() -> LockGuard:
         /// Waits in line as long as it takes and acquires the lock.
         ///
         /// # Errors
@@ -270,11 +270,6 @@ impl FairLock {
     /// or when the holder's lease (or a dead head's give-up time) runs
     /// out, and in any case every third of the wait timeout, which
     /// refreshes this waiter's give-up time.
-    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = self.shared.client.labels("fair-lock", self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
-    }
-
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;

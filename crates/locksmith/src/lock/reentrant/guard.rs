@@ -52,24 +52,24 @@ enum Holder {
 }
 
 impl LockGuard {
-    pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
-        let hold = Hold::new(lock.client().labels("lock", lock.name()), lock.name());
+    /// A guard of `holder`'s hold, with its metrics `hold`.
+    fn held(holder: Holder, hold: Hold, token: u64, lease: Arc<LeaseState>) -> Self {
         LockGuard {
-            holder: Some(Holder::Reentrant(lock)),
+            holder: Some(holder),
             token,
             lease,
             hold: Some(hold),
         }
     }
 
+    pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
+        let hold = Hold::new(lock.client().labels("lock", lock.name()), lock.name());
+        Self::held(Holder::Reentrant(lock), hold, token, lease)
+    }
+
     pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
         let hold = Hold::new(lock.client().labels("fair-lock", lock.name()), lock.name());
-        LockGuard {
-            holder: Some(Holder::Fair(lock)),
-            token,
-            lease,
-            hold: Some(hold),
-        }
+        Self::held(Holder::Fair(lock), hold, token, lease)
     }
 
     pub(crate) fn read_write(
@@ -83,12 +83,7 @@ impl LockGuard {
             Side::Write => "write-lock",
         };
         let hold = Hold::new(lock.client().labels(kind, lock.name()), lock.name());
-        LockGuard {
-            holder: Some(Holder::ReadWrite(lock, side)),
-            token,
-            lease,
-            hold: Some(hold),
-        }
+        Self::held(Holder::ReadWrite(lock, side), hold, token, lease)
     }
 
     pub(crate) fn simple(

@@ -199,7 +199,7 @@ impl Lock {
         })
     }
 
-    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+    crate::engine::acquire::wait_methods! { observed("lock") acquire_inner() -> LockGuard:
         /// Waits as long as it takes and acquires the lock.
         ///
         /// # Errors
@@ -349,11 +349,6 @@ impl Lock {
     /// waiters, try again if a release may have slipped in before joining
     /// (always when the subscription is new), then sleep until woken or until the holder's lease or
     /// our wait runs out, and try again.
-    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = self.shared.client.labels("lock", self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
-    }
-
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         // Before joining this client's waiters without a round trip.

@@ -95,7 +95,7 @@ impl SimpleLock {
         &self.shared.name
     }
 
-    crate::engine::acquire::wait_methods! { acquire() -> LockGuard:
+    crate::engine::acquire::wait_methods! { observed("simple-lock") acquire_inner() -> LockGuard:
         /// Waits as long as it takes and acquires the lock.
         ///
         /// # Errors
@@ -160,11 +160,6 @@ impl SimpleLock {
     fn lease(&self) -> Duration {
         self.lease
             .unwrap_or_else(|| self.shared.client.config().lease)
-    }
-
-    async fn acquire(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
-        let labels = self.shared.client.labels("simple-lock", self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
     }
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {

@@ -203,7 +203,7 @@ impl ExpirableSemaphore {
         }
     }
 
-    crate::engine::acquire::wait_methods! { acquire_within() -> Permit:
+    crate::engine::acquire::wait_methods! { observed("permit-semaphore") acquire_inner() -> Permit:
         /// Waits for a free permit and takes it.
         ///
         /// # Errors
@@ -244,11 +244,6 @@ impl ExpirableSemaphore {
 
     /// Tries, then waits on the channel, re-checking no later than when the
     /// nearest lease runs out (nothing announces an expiry).
-    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
-        let labels = self.shared.client.labels("permit-semaphore", self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait)).await
-    }
-
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
