@@ -24,36 +24,49 @@ pub(super) async fn purchase(
 ) -> Result<Accepted, AppError> {
     let mut conn = state.redis();
     let id = state.order_ids().next_id().await?;
-    let called: redis::RedisResult<i64> = GATE
-        .key(keys::stock(voucher.id))
-        .key(keys::buyers(voucher.id))
-        .key(keys::meta(voucher.id))
-        .key(keys::orders_stream(voucher.id))
-        .key(keys::pending(voucher.id))
-        .arg(user_id)
-        .arg(id)
-        .arg(voucher.id)
-        .invoke_async(&mut conn)
-        .await;
-    let code = match called {
-        Ok(code) => code,
-        // Never sent: nothing was accepted.
-        Err(e) if e.is_connection_refusal() => return Err(e.into()),
-        // The reply was lost: the script may have run. The pending hash
-        // tells, because the gate records the order there.
-        Err(e) if e.is_timeout() || e.is_connection_dropped() || e.is_io_error() => {
-            tracing::warn!(order_id = id, user_id, "gate reply lost ({e}); checking");
-            let recorded: redis::RedisResult<Option<i64>> = redis::cmd("HGET")
-                .arg(keys::pending(voucher.id))
-                .arg(user_id)
-                .query_async(&mut conn)
-                .await;
-            match recorded {
-                Ok(Some(recorded)) if recorded == id => 0,
-                _ => return Err(AppError::OutcomeUnknown(voucher.id)),
+    let gate = || {
+        let mut invocation = GATE.key(keys::stock(voucher.id));
+        invocation
+            .key(keys::buyers(voucher.id))
+            .key(keys::meta(voucher.id))
+            .key(keys::orders_stream(voucher.id))
+            .key(keys::pending(voucher.id))
+            .arg(user_id)
+            .arg(id)
+            .arg(voucher.id);
+        invocation
+    };
+    let mut sends = 0;
+    let code = loop {
+        sends += 1;
+        let called: redis::RedisResult<i64> = gate().invoke_async(&mut conn).await;
+        match called {
+            Ok(code) => break code,
+            // Never sent: nothing was accepted.
+            Err(e) if e.is_connection_refusal() => return Err(e.into()),
+            // The reply was lost: the script may have run. The pending
+            // hash tells, because the gate records the order there.
+            Err(e) if e.is_timeout() || e.is_connection_dropped() || e.is_io_error() => {
+                tracing::warn!(order_id = id, user_id, "gate reply lost ({e}); checking");
+                let recorded: redis::RedisResult<Option<i64>> = redis::cmd("HGET")
+                    .arg(keys::pending(voucher.id))
+                    .arg(user_id)
+                    .query_async(&mut conn)
+                    .await;
+                match recorded {
+                    Ok(Some(recorded)) if recorded == id => break 0,
+                    // Not recorded: the first run did not happen, or its
+                    // order is written already (the pipeline dropped the
+                    // entry). Running the gate again is safe either way:
+                    // it records the order now, or finds the buyer (409
+                    // already bought, which `/mine` shows), or finds the
+                    // sale's state gone (503). Once.
+                    Ok(_) if sends < 2 => continue,
+                    _ => return Err(AppError::OutcomeUnknown(voucher.id)),
+                }
             }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => return Err(e.into()),
     };
     match code {
         // The gate's pending-hash entry is what `GET /orders/{id}` and
