@@ -24,30 +24,9 @@ fn waits(server: &RedisServer) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_release_of_the_family_waits_for_replicas() {
-    let (primary, _replica) = tokio::task::spawn_blocking(|| {
-        let primary = RedisServer::start().unwrap();
-        let replica = RedisServer::builder()
-            .arg("--replicaof")
-            .arg("127.0.0.1")
-            .arg(primary.port().to_string())
-            .start()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut replica.connection().unwrap())
-                .unwrap();
-            if info.contains("master_link_status:up") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the replica never synced");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        (primary, replica)
-    })
-    .await
-    .unwrap();
+    let (primary, _replica) = tokio::task::spawn_blocking(|| primary_with_replica(false))
+        .await
+        .unwrap();
     let client = Client::open(&primary.url()).await.unwrap();
     assert_eq!(client.replica_acks(), 1, "on by default with a replica");
 
@@ -103,10 +82,6 @@ async fn every_release_of_the_family_waits_for_replicas() {
 /// A primary whose `WAIT` is renamed away (as on proxies and serverless
 /// offerings that answer "unknown command 'wait'"), with a replica in
 /// sync: acknowledgement would be on by default.
-fn primary_without_wait() -> (RedisServer, RedisServer) {
-    primary_with_replica(true)
-}
-
 /// A primary (its `WAIT` renamed away if `no_wait`) and a replica in sync.
 fn primary_with_replica(no_wait: bool) -> (RedisServer, RedisServer) {
     let mut builder = RedisServer::builder();
@@ -137,7 +112,7 @@ fn primary_with_replica(no_wait: bool) -> (RedisServer, RedisServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_refuses_wait_turns_automatic_acknowledgement_off() {
-    let (primary, _replica) = tokio::task::spawn_blocking(primary_without_wait)
+    let (primary, _replica) = tokio::task::spawn_blocking(|| primary_with_replica(true))
         .await
         .unwrap();
     // Automatic: off, with a note saying why; everything works.

@@ -8,6 +8,24 @@ use std::time::Duration;
 use locksmith::Client;
 use locksmith_testkit::SentinelGroup;
 
+/// `SENTINEL SET <service> option value` on every Sentinel of `group`.
+fn sentinel_set(group: &SentinelGroup, option: &str, value: &str) {
+    for addr in group.sentinel_addrs() {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(group.master_name())
+            .arg(option)
+            .arg(value)
+            .query(
+                &mut redis::Client::open(format!("redis://{addr}"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap(),
+            )
+            .unwrap();
+    }
+}
+
 fn acl(addr: &str, args: &[&str]) {
     let mut conn = redis::Client::open(format!("redis://{addr}"))
         .unwrap()
@@ -25,22 +43,8 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
     let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
     // The Sentinels monitor the data nodes as `app` from now on; then the
     // data nodes' default user goes, so only `app` gets in there.
-    for addr in group.sentinel_addrs() {
-        for (option, value) in [("auth-user", "app"), ("auth-pass", "data-pass")] {
-            let _: () = redis::cmd("SENTINEL")
-                .arg("SET")
-                .arg(group.master_name())
-                .arg(option)
-                .arg(value)
-                .query(
-                    &mut redis::Client::open(format!("redis://{addr}"))
-                        .unwrap()
-                        .get_connection()
-                        .unwrap(),
-                )
-                .unwrap();
-        }
-    }
+    sentinel_set(&group, "auth-user", "app");
+    sentinel_set(&group, "auth-pass", "data-pass");
     for node in group.nodes() {
         acl(
             &node.addr(),
@@ -130,24 +134,8 @@ impl locksmith::CredentialsProvider for Vault {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_data_node_credentials_behind_sentinel() {
     let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
-    let sentinel_set = |option: &str, value: &str| {
-        for addr in group.sentinel_addrs() {
-            let _: () = redis::cmd("SENTINEL")
-                .arg("SET")
-                .arg(group.master_name())
-                .arg(option)
-                .arg(value)
-                .query(
-                    &mut redis::Client::open(format!("redis://{addr}"))
-                        .unwrap()
-                        .get_connection()
-                        .unwrap(),
-                )
-                .unwrap();
-        }
-    };
-    sentinel_set("auth-user", "app");
-    sentinel_set("auth-pass", "pass-1");
+    sentinel_set(&group, "auth-user", "app");
+    sentinel_set(&group, "auth-pass", "pass-1");
     for node in group.nodes() {
         acl(&node.addr(), &["app", "on", ">pass-1", "~*", "&*", "+@all"]);
     }
@@ -208,7 +196,7 @@ async fn rotated_data_node_credentials_behind_sentinel() {
             .query(&mut conn)
             .unwrap();
     }
-    sentinel_set("auth-pass", "pass-2");
+    sentinel_set(&group, "auth-pass", "pass-2");
     *vault.0.lock().unwrap() = "pass-2".into();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let _: i64 = redis::cmd("CLIENT")

@@ -14,6 +14,17 @@ use locksmith_testkit::{RedisServer, TlsFiles};
 
 const CONNECT: Duration = Duration::from_secs(2);
 
+/// Building a client that must fail: its error.
+trait Refused {
+    async fn refused(self) -> locksmith::Error;
+}
+
+impl Refused for locksmith::ClientBuilder {
+    async fn refused(self) -> locksmith::Error {
+        self.build().await.map(|_| ()).unwrap_err()
+    }
+}
+
 fn tls_server(files: &TlsFiles, mutual: bool) -> RedisServer {
     RedisServer::builder()
         .tls(files, mutual)
@@ -136,10 +147,8 @@ async fn certificates_that_do_not_verify_are_refused_unless_insecure() {
     let e = Client::builder(server.tls_url())
         .tls_ca_file(files.other_ca_cert())
         .connect_timeout(CONNECT)
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
     assert!(e.to_string().contains("certificate"), "{e}");
     // A certificate of the right CA for another host name.
@@ -151,10 +160,8 @@ async fn certificates_that_do_not_verify_are_refused_unless_insecure() {
     let e = Client::builder(elsewhere.tls_url())
         .tls_ca_file(files.ca_cert())
         .connect_timeout(CONNECT)
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
     assert!(e.to_string().contains("not valid for name"), "{e}");
     // Insecure mode checks nothing, and says so in its name.
@@ -167,10 +174,8 @@ async fn certificates_that_do_not_verify_are_refused_unless_insecure() {
     // A CA file that cannot be read is the caller's mistake.
     let e = Client::builder(server.tls_url())
         .tls_ca_file(files.dir().join("missing.pem"))
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains("missing.pem"), "{e}");
 }
@@ -184,10 +189,8 @@ async fn the_wrong_protocol_for_a_port_fails_clearly_within_the_connect_timeout(
     let e = Client::builder(format!("rediss://127.0.0.1:{}", server.port()))
         .tls_ca_file(files.ca_cert())
         .connect_timeout(CONNECT)
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert!(
         started.elapsed() < CONNECT * 2 + Duration::from_secs(2),
         "{:?}",
@@ -203,10 +206,8 @@ async fn the_wrong_protocol_for_a_port_fails_clearly_within_the_connect_timeout(
     let e = Client::builder(format!("redis://127.0.0.1:{}", server.tls_port().unwrap()))
         .connect_timeout(CONNECT)
         .command_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert!(
         started.elapsed() < CONNECT * 2 + Duration::from_secs(2),
         "{:?}",
@@ -220,10 +221,8 @@ async fn the_wrong_protocol_for_a_port_fails_clearly_within_the_connect_timeout(
     // TLS options with a URL that cannot carry TLS.
     let e = Client::builder("redis+unix:///tmp/locksmith-nowhere.sock")
         .tls_ca_file(files.ca_cert())
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
 }
 
@@ -258,10 +257,8 @@ async fn acl_users_connect_and_a_wrong_password_is_an_auth_error() {
         let e = Client::builder(url(user, pass))
             .tls_ca_file(files.ca_cert())
             .connect_timeout(CONNECT)
-            .build()
-            .await
-            .map(|_| ())
-            .unwrap_err();
+            .refused()
+            .await;
         assert_eq!(e.kind(), ErrorKind::Auth, "{user}: {e}");
         assert!(
             !e.to_string().contains("s3cret"),
@@ -273,10 +270,8 @@ async fn acl_users_connect_and_a_wrong_password_is_an_auth_error() {
     let e = Client::builder(server.tls_url())
         .tls_ca_file(files.ca_cert())
         .connect_timeout(CONNECT)
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }
 
@@ -298,10 +293,8 @@ async fn a_cluster_speaks_tls_on_every_node() {
     let e = Client::builder(url)
         .tls_ca_file(files.other_ca_cert())
         .connect_timeout(CONNECT)
-        .build()
-        .await
-        .map(|_| ())
-        .unwrap_err();
+        .refused()
+        .await;
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
 }
 
