@@ -8,79 +8,9 @@
 //! these calls went through a connection that never resends, a cut reply
 //! added permits twice and counted a latch down twice.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use locksmith::Client;
-use locksmith_testkit::{FaultProxy, RedisCluster};
-
-/// A cluster whose node serving `key` is reached through a proxy: the node
-/// announces the proxy's port, so clients that learn the slot map connect
-/// through it.
-struct Proxied {
-    cluster: RedisCluster,
-    proxy: FaultProxy,
-    node: usize,
-}
-
-fn proxied_cluster(key: &str) -> Proxied {
-    let cluster = RedisCluster::start().unwrap();
-    let node = cluster.node_for_key(key).unwrap();
-    let proxy = FaultProxy::start(&cluster.nodes()[node].addr()).unwrap();
-    let port = proxy.addr().rsplit_once(':').unwrap().1.to_owned();
-    let mut conn = cluster.nodes()[node].connection().unwrap();
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(&port)
-        .exec(&mut conn)
-        .unwrap();
-    // Wait until every node's slot map names the proxy.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for other in cluster.nodes() {
-        let mut c = other.connection().unwrap();
-        loop {
-            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
-            if nodes.contains(&format!(":{port}@")) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster never announced the proxy"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    Proxied {
-        cluster,
-        proxy,
-        node,
-    }
-}
-
-impl Proxied {
-    /// A client that seeds from the nodes not behind the proxy.
-    async fn client(&self) -> Client {
-        let seeds: Vec<String> = self
-            .cluster
-            .nodes()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != self.node)
-            .map(|(_, n)| n.addr())
-            .collect();
-        Client::builder(format!("redis+cluster://{}", seeds.join(",")))
-            .replica_acks(0, Duration::from_millis(100))
-            .build()
-            .await
-            .unwrap()
-    }
-
-    /// `GET key` on the owner itself, past the proxy.
-    fn get(&self, key: &str) -> Option<i64> {
-        let mut conn = self.cluster.nodes()[self.node].connection().unwrap();
-        redis::cmd("GET").arg(key).query(&mut conn).unwrap()
-    }
-}
+use common::proxied_cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_replies_never_apply_a_semaphore_or_latch_change_twice() {

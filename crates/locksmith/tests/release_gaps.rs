@@ -27,8 +27,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::proxied_cluster;
 use locksmith::{Client, Error, ErrorKind, FairLock, LockGuard, ReadWriteLock};
-use locksmith_testkit::{FaultMode, FaultProxy, RedisCluster, RedisServer};
+use locksmith_testkit::{FaultMode, FaultProxy, RedisServer};
 
 /// A lease far longer than any bound below: only an undo or a release can
 /// free the lock in time.
@@ -916,80 +917,6 @@ async fn a_read_release_of_a_hold_a_restart_wiped_never_answers_ok() {
 // Defect 3: a semaphore drain is never resent (setup as at_most_once.rs).
 // ---------------------------------------------------------------------
 
-/// A cluster whose node serving `key` is reached through a proxy: the node
-/// announces the proxy's port, so clients that learn the slot map connect
-/// through it.
-struct Proxied {
-    cluster: RedisCluster,
-    proxy: FaultProxy,
-    node: usize,
-}
-
-fn proxied_cluster(key: &str) -> Proxied {
-    let cluster = RedisCluster::start().unwrap();
-    let node = cluster.node_for_key(key).unwrap();
-    let proxy = FaultProxy::start(&cluster.nodes()[node].addr()).unwrap();
-    let port = proxy.addr().rsplit_once(':').unwrap().1.to_owned();
-    let mut conn = cluster.nodes()[node].connection().unwrap();
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(&port)
-        .exec(&mut conn)
-        .unwrap();
-    // Wait until every node's slot map names the proxy.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for other in cluster.nodes() {
-        let mut c = other.connection().unwrap();
-        loop {
-            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
-            if nodes.contains(&format!(":{port}@")) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster never announced the proxy"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    Proxied {
-        cluster,
-        proxy,
-        node,
-    }
-}
-
-impl Proxied {
-    /// A client that seeds from the nodes not behind the proxy.
-    async fn client(&self) -> Client {
-        let seeds: Vec<String> = self
-            .cluster
-            .nodes()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != self.node)
-            .map(|(_, n)| n.addr())
-            .collect();
-        Client::builder(format!("redis+cluster://{}", seeds.join(",")))
-            .replica_acks(0, Duration::from_millis(100))
-            .build()
-            .await
-            .unwrap()
-    }
-
-    /// `GET key` on the owner itself, past the proxy.
-    fn get(&self, key: &str) -> Option<i64> {
-        let mut conn = self.cluster.nodes()[self.node].connection().unwrap();
-        redis::cmd("GET").arg(key).query(&mut conn).unwrap()
-    }
-
-    /// Script calls the owner has run so far.
-    fn evalsha_calls(&self) -> u64 {
-        evalsha_calls(&self.cluster.nodes()[self.node])
-    }
-}
-
 /// Defect 3, the `drain` case: "a `drain` answers 0 the second time". The
 /// cluster client resent non-idempotent scripts after a dropped connection
 /// (redis-rs's `.retries(3)` re-queues on a broken pipe), so a drain whose
@@ -1010,7 +937,7 @@ async fn a_drain_whose_reply_is_cut_runs_exactly_once() {
     assert!(semaphore.try_set_permits(5).await.unwrap());
     assert_eq!(setup.get(name), Some(5));
 
-    let calls = setup.evalsha_calls();
+    let calls = evalsha_calls(&setup.cluster.nodes()[setup.node]);
     setup.proxy.cut_reply_after(b"EVALSHA");
     let drained = semaphore.drain().await;
     assert_eq!(setup.proxy.cuts(), 1, "the reply was cut");
@@ -1020,7 +947,7 @@ async fn a_drain_whose_reply_is_cut_runs_exactly_once() {
     );
     assert_eq!(setup.get(name), Some(0), "drained");
     assert_eq!(
-        setup.evalsha_calls() - calls,
+        evalsha_calls(&setup.cluster.nodes()[setup.node]) - calls,
         1,
         "drain ran exactly once on the owner"
     );

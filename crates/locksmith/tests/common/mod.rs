@@ -314,3 +314,72 @@ macro_rules! on_every_topology {
         }
     };
 }
+
+/// A cluster whose node serving `key` is reached through a proxy: the node
+/// announces the proxy's port, so clients that learn the slot map connect
+/// through it.
+pub struct Proxied {
+    pub cluster: locksmith_testkit::RedisCluster,
+    pub proxy: locksmith_testkit::FaultProxy,
+    pub node: usize,
+}
+
+pub fn proxied_cluster(key: &str) -> Proxied {
+    let cluster = locksmith_testkit::RedisCluster::start().unwrap();
+    let node = cluster.node_for_key(key).unwrap();
+    let proxy = locksmith_testkit::FaultProxy::start(&cluster.nodes()[node].addr()).unwrap();
+    let port = proxy.addr().rsplit_once(':').unwrap().1.to_owned();
+    let mut conn = cluster.nodes()[node].connection().unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(&port)
+        .exec(&mut conn)
+        .unwrap();
+    // Wait until every node's slot map names the proxy.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    for other in cluster.nodes() {
+        let mut c = other.connection().unwrap();
+        loop {
+            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+            if nodes.contains(&format!(":{port}@")) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cluster never announced the proxy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Proxied {
+        cluster,
+        proxy,
+        node,
+    }
+}
+
+impl Proxied {
+    /// A client that seeds from the nodes not behind the proxy.
+    pub async fn client(&self) -> locksmith::Client {
+        let seeds: Vec<String> = self
+            .cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.node)
+            .map(|(_, n)| n.addr())
+            .collect();
+        locksmith::Client::builder(format!("redis+cluster://{}", seeds.join(",")))
+            .replica_acks(0, Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// `GET key` on the owner itself, past the proxy.
+    pub fn get(&self, key: &str) -> Option<i64> {
+        let mut conn = self.cluster.nodes()[self.node].connection().unwrap();
+        redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+    }
+}
