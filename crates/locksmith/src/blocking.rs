@@ -272,6 +272,65 @@ impl Client {
     }
 }
 
+/// An async guard owned by a blocking one: released on the client's
+/// runtime, when asked (waiting for the answer) or when dropped (see
+/// [`Client::release_on_drop`]).
+#[derive(Debug)]
+struct Owned<G: Release> {
+    client: Client,
+    /// The guard; `None` once released.
+    guard: Option<G>,
+}
+
+/// An async guard's release, for [`Owned`].
+trait Release: Send + 'static {
+    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static;
+}
+
+macro_rules! release_via {
+    ($($guard:ty),*) => {$(
+        impl Release for $guard {
+            fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
+                <$guard>::release(self)
+            }
+        }
+    )*};
+}
+release_via!(
+    crate::LockGuard,
+    crate::SemaphorePermits,
+    crate::MultiGuard,
+    crate::Permit
+);
+
+impl<G: Release> Owned<G> {
+    fn new(client: &Client, guard: G) -> Self {
+        Owned {
+            client: client.clone(),
+            guard: Some(guard),
+        }
+    }
+
+    fn get(&self) -> Option<&G> {
+        self.guard.as_ref()
+    }
+
+    fn release(mut self) -> Result<()> {
+        match self.guard.take() {
+            Some(guard) => self.client.block_on(guard.release()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<G: Release> Drop for Owned<G> {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            self.client.release_on_drop(guard.release());
+        }
+    }
+}
+
 /// Refuses to block a thread of an async runtime.
 fn outside_async() -> Result<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -364,8 +423,7 @@ impl Lock {
             }
         })?;
         Ok(guard.map(|inner| LockGuard {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         }))
     }
 }
@@ -374,52 +432,38 @@ impl Lock {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    client: Client,
-    inner: Option<crate::LockGuard>,
+    inner: Owned<crate::LockGuard>,
 }
 
 impl LockGuard {
     /// The grant's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, crate::LockGuard::fencing_token)
+        self.inner.get().map_or(0, crate::LockGuard::fencing_token)
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.inner.as_ref().map_or("", crate::LockGuard::name)
+        self.inner.get().map_or("", crate::LockGuard::name)
     }
 
     /// The lease left, as known locally.
     pub fn remaining_lease(&self) -> Duration {
         self.inner
-            .as_ref()
+            .get()
             .map_or(Duration::ZERO, crate::LockGuard::remaining_lease)
     }
 
     /// True once the lease is known or assumed lost.
     pub fn is_lost(&self) -> bool {
-        self.inner.as_ref().is_none_or(crate::LockGuard::is_lost)
+        self.inner.get().is_none_or(crate::LockGuard::is_lost)
     }
 
     /// Releases the hold and waits for the answer.
     ///
     /// # Errors
     /// As [`crate::LockGuard::release`].
-    pub fn release(mut self) -> Result<()> {
-        match self.inner.take() {
-            Some(guard) => self.client.block_on(guard.release()),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            self.client.release_on_drop(guard.release());
-        }
+    pub fn release(self) -> Result<()> {
+        self.inner.release()
     }
 }
 
@@ -460,8 +504,7 @@ impl Semaphore {
             .client
             .block_on(self.inner.try_acquire_for(permits, wait))?;
         Ok(got.map(|inner| SemaphorePermits {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         }))
     }
 
@@ -472,8 +515,7 @@ impl Semaphore {
     pub fn acquire(&self, permits: u64) -> Result<SemaphorePermits> {
         let inner = self.client.block_on(self.inner.acquire(permits))?;
         Ok(SemaphorePermits {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         })
     }
 }
@@ -483,35 +525,21 @@ impl Semaphore {
 #[derive(Debug)]
 #[must_use = "dropping the permits gives them back"]
 pub struct SemaphorePermits {
-    client: Client,
-    inner: Option<crate::SemaphorePermits>,
+    inner: Owned<crate::SemaphorePermits>,
 }
 
 impl SemaphorePermits {
     /// How many permits this holds.
     pub fn permits(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, crate::SemaphorePermits::permits)
+        self.inner.get().map_or(0, crate::SemaphorePermits::permits)
     }
 
     /// Gives the permits back and waits for the answer.
     ///
     /// # Errors
     /// As [`crate::SemaphorePermits::release`].
-    pub fn release(mut self) -> Result<()> {
-        match self.inner.take() {
-            Some(p) => self.client.block_on(p.release()),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for SemaphorePermits {
-    fn drop(&mut self) {
-        if let Some(p) = self.inner.take() {
-            self.client.release_on_drop(p.release());
-        }
+    pub fn release(self) -> Result<()> {
+        self.inner.release()
     }
 }
 
@@ -589,8 +617,7 @@ impl MultiLock {
     pub fn lock(&self) -> Result<MultiGuard> {
         let inner = self.client.block_on(self.inner.lock())?;
         Ok(MultiGuard {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         })
     }
 
@@ -602,8 +629,7 @@ impl MultiLock {
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
         let got = self.client.block_on(self.inner.try_lock_for(wait))?;
         Ok(got.map(|inner| MultiGuard {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         }))
     }
 }
@@ -612,14 +638,13 @@ impl MultiLock {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases every member"]
 pub struct MultiGuard {
-    client: Client,
-    inner: Option<crate::MultiGuard>,
+    inner: Owned<crate::MultiGuard>,
 }
 
 impl MultiGuard {
     /// Each member's name and fencing token.
     pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
-        self.inner.as_ref().map_or_else(Vec::new, |g| {
+        self.inner.get().map_or_else(Vec::new, |g| {
             g.fencing_tokens()
                 .into_iter()
                 .map(|(n, t)| (n.to_owned(), t))
@@ -629,26 +654,15 @@ impl MultiGuard {
 
     /// True once any member's lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.inner.as_ref().is_none_or(crate::MultiGuard::is_lost)
+        self.inner.get().is_none_or(crate::MultiGuard::is_lost)
     }
 
     /// Releases every member and waits for the answer.
     ///
     /// # Errors
     /// As [`crate::MultiGuard::release`].
-    pub fn release(mut self) -> Result<()> {
-        match self.inner.take() {
-            Some(guard) => self.client.block_on(guard.release()),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for MultiGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            self.client.release_on_drop(guard.release());
-        }
+    pub fn release(self) -> Result<()> {
+        self.inner.release()
     }
 }
 
@@ -695,8 +709,7 @@ impl ExpirableSemaphore {
     pub fn acquire(&self) -> Result<Permit> {
         let inner = self.client.block_on(self.inner.acquire())?;
         Ok(Permit {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         })
     }
 
@@ -707,8 +720,7 @@ impl ExpirableSemaphore {
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
         let got = self.client.block_on(self.inner.try_acquire_for(wait))?;
         Ok(got.map(|inner| Permit {
-            client: self.client.clone(),
-            inner: Some(inner),
+            inner: Owned::new(&self.client, inner),
         }))
     }
 }
@@ -717,44 +729,32 @@ impl ExpirableSemaphore {
 #[derive(Debug)]
 #[must_use = "dropping the permit gives it back"]
 pub struct Permit {
-    client: Client,
-    inner: Option<crate::Permit>,
+    inner: Owned<crate::Permit>,
 }
 
 impl Permit {
     /// The permit id.
     pub fn id(&self) -> &str {
-        self.inner.as_ref().map_or("", crate::Permit::id)
+        self.inner.get().map_or("", crate::Permit::id)
     }
 
     /// The lease left, as known locally.
     pub fn remaining_lease(&self) -> Duration {
         self.inner
-            .as_ref()
+            .get()
             .map_or(Duration::ZERO, crate::Permit::remaining_lease)
     }
 
     /// True once the lease is known or assumed lost.
     pub fn is_lost(&self) -> bool {
-        self.inner.as_ref().is_none_or(crate::Permit::is_lost)
+        self.inner.get().is_none_or(crate::Permit::is_lost)
     }
 
     /// Gives the permit back and waits for the answer.
     ///
     /// # Errors
     /// As [`crate::Permit::release`].
-    pub fn release(mut self) -> Result<()> {
-        match self.inner.take() {
-            Some(p) => self.client.block_on(p.release()),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(p) = self.inner.take() {
-            self.client.release_on_drop(p.release());
-        }
+    pub fn release(self) -> Result<()> {
+        self.inner.release()
     }
 }

@@ -170,31 +170,6 @@ impl LostSignal {
     }
 }
 
-/// The lease accessors every leased guard has (`remaining_lease`,
-/// `is_lost`, `lost`), over its `lease: Arc<LeaseState>` field, each with
-/// the guard's own wording of what its lease is.
-macro_rules! lease_view {
-    ($guard:ty, remaining = $remaining:literal, lost = $lost:literal, signal = $signal:literal $(,)?) => {
-        impl $guard {
-            #[doc = $remaining]
-            pub fn remaining_lease(&self) -> std::time::Duration {
-                self.lease.remaining()
-            }
-
-            #[doc = $lost]
-            pub fn is_lost(&self) -> bool {
-                self.lease.is_lost()
-            }
-
-            #[doc = $signal]
-            pub fn lost(&self) -> $crate::engine::lease::LostSignal {
-                self.lease.signal()
-            }
-        }
-    };
-}
-pub(crate) use lease_view;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@
 pub(crate) mod acquire;
 pub(crate) mod batch;
 pub(crate) mod conn;
+pub(crate) mod held;
 pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod lease;

@@ -34,11 +34,12 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::Lane;
 use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Call, Tracked, Tracker};
+use crate::engine::held::{Held, Holding};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
 use crate::engine::task::Tasks;
@@ -851,21 +852,21 @@ impl Redlock {
                 state.clone(),
                 stop.clone(),
             ));
-            return Ok(Some(RedlockGuard {
+            let holding = RedlockHold {
                 lock: self.clone(),
-                owner: Some(owner),
+                owner,
                 after: std::mem::take(&mut undo.after)
                     .into_iter()
                     .flatten()
                     .collect(),
-                token,
+                lease: state.clone(),
+                _stop: stop.drop_guard(),
+            };
+            let labels =
+                crate::engine::observe::Labels::of("redlock", self.name(), inner.metric_names);
+            return Ok(Some(RedlockGuard {
+                held: Held::new(holding, labels, Some(token), state),
                 granted: tokens.len(),
-                lease: state,
-                stop,
-                hold: Some(crate::engine::observe::Hold::new(
-                    crate::engine::observe::Labels::of("redlock", self.name(), inner.metric_names),
-                    self.name(),
-                )),
             }));
         }
         // Not enough: undo where something may have been granted (nodes
@@ -1211,34 +1212,84 @@ async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: Can
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct RedlockGuard {
+    /// The hold on the nodes, its token and validity.
+    held: Held<RedlockHold>,
+    /// Nodes that granted the hold.
+    granted: usize,
+}
+
+/// A Redlock hold on a majority of nodes.
+#[derive(Debug)]
+struct RedlockHold {
     lock: Redlock,
-    /// The hold's owner id; `None` once released.
-    owner: Option<Arc<str>>,
+    /// The hold's owner id.
+    owner: Arc<str>,
     /// The granting round's requests: a release never overtakes a late
     /// grant of that round on a slow node.
     after: Vec<Tracked>,
-    /// The largest fencing counter among the granting nodes.
-    token: u64,
-    /// Nodes that granted the hold.
-    granted: usize,
     /// The validity, shared with the watchdog.
     lease: Arc<LeaseState>,
-    /// Stops the watchdog.
-    stop: CancellationToken,
-    /// Metrics of this hold.
-    hold: Option<crate::engine::observe::Hold>,
+    /// Stops the watchdog when the hold is released or dropped.
+    _stop: DropGuard,
+}
+
+impl Holding for RedlockHold {
+    const DROPPED: (&'static str, &'static str) = (
+        "Redlock guard dropped",
+        "the lock stays until its lease runs out",
+    );
+
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn tasks(&self) -> &Tasks {
+        self.lock.nodes.inner.tasks()
+    }
+
+    /// Runs on the nodes in a task of its own, so a dropped call does not
+    /// stop it.
+    async fn release(self) -> Result<()> {
+        let RedlockHold {
+            lock,
+            owner,
+            after,
+            lease,
+            _stop,
+        } = self;
+        drop(_stop);
+        let lost_before = lease.is_lost();
+        lease.mark_lost();
+        let tally = lock.release_everywhere(owner, after).await;
+        let inner = &lock.nodes.inner;
+        if lost_before || tally.gone > inner.nodes.len() - inner.quorum {
+            return Err(Error::NotHeld {
+                name: lock.keys.name.to_string(),
+            });
+        }
+        if tally.ok + tally.gone < inner.quorum {
+            return Err(Error::NoQuorum {
+                name: lock.keys.name.to_string(),
+                answered: tally.ok + tally.gone,
+                needed: inner.quorum,
+                nodes: inner.nodes.len(),
+                errors: tally.errors.join("; "),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl crate::engine::observe::Grant for RedlockGuard {
     fn token(&self) -> Option<u64> {
-        Some(self.token)
+        Some(self.held.token())
     }
 }
 
 impl RedlockGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.lock.name()
+        self.held.name()
     }
 
     /// The largest of the granting nodes' fencing counters.
@@ -1252,7 +1303,7 @@ impl RedlockGuard {
     /// than an earlier grant's token *on the node they share*; see
     /// docs/safety.md before relying on it for fencing.
     pub fn fencing_token(&self) -> u64 {
-        self.token
+        self.held.token()
     }
 
     /// How many nodes granted the hold (at least a majority).
@@ -1272,58 +1323,8 @@ impl RedlockGuard {
     /// # Cancel safety
     /// Cancel safe: the release runs in its own task and finishes if the
     /// future is dropped.
-    pub async fn release(mut self) -> Result<()> {
-        let hold = self.hold.take();
-        let token = self.token;
-        match hold {
-            Some(hold) => hold.release(Some(token), self.release_inner()).await,
-            None => self.release_inner().await,
-        }
-    }
-
-    async fn release_inner(&mut self) -> Result<()> {
-        self.stop.cancel();
-        let Some(owner) = self.owner.take() else {
-            return Ok(());
-        };
-        let lost_before = self.lease.is_lost();
-        self.lease.mark_lost();
-        let after = std::mem::take(&mut self.after);
-        let tally = self.lock.release_everywhere(owner, after).await;
-        let inner = &self.lock.nodes.inner;
-        if lost_before || tally.gone > inner.nodes.len() - inner.quorum {
-            return Err(Error::NotHeld {
-                name: self.lock.keys.name.to_string(),
-            });
-        }
-        if tally.ok + tally.gone < inner.quorum {
-            return Err(Error::NoQuorum {
-                name: self.lock.keys.name.to_string(),
-                answered: tally.ok + tally.gone,
-                needed: inner.quorum,
-                nodes: inner.nodes.len(),
-                errors: tally.errors.join("; "),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl Drop for RedlockGuard {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(owner) = self.owner.take() {
-            let lock = self.lock.clone();
-            let after = std::mem::take(&mut self.after);
-            let tasks = lock.nodes.inner.tasks().clone();
-            tasks.detach(
-                "Redlock guard dropped",
-                "the lock stays until its lease runs out",
-                async move {
-                    lock.release_everywhere(owner, after).await;
-                },
-            );
-        }
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
     }
 }
 
@@ -1362,7 +1363,7 @@ mod tests {
     }
 }
 
-crate::engine::lease::lease_view!(
+crate::engine::held::lease_view!(
     RedlockGuard,
     remaining = "The validity left (monotonic clock, conservative: measured from \
         when the granting or last majority-confirmed renewal round started, \

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use crate::engine::held::{Held, Holding};
 use crate::engine::lease::LeaseState;
-use crate::engine::observe::{Grant, Hold};
+use crate::engine::observe::Grant;
 use crate::engine::renewal::Registration;
+use crate::engine::task::Tasks;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -23,14 +25,8 @@ use crate::lock::{FairLock, Lock, ReadWriteLock};
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    /// What to release; `None` once handed to a release.
-    holder: Option<Holder>,
-    /// Fencing token of this grant.
-    token: u64,
-    /// Local lease view, shared with the watchdog.
-    lease: Arc<LeaseState>,
-    /// Metrics of this hold (grant to release).
-    hold: Option<Hold>,
+    /// The hold: what to release, the fencing token, the lease view.
+    held: Held<Holder>,
 }
 
 /// The lock a guard holds.
@@ -52,24 +48,20 @@ enum Holder {
 }
 
 impl LockGuard {
-    /// A guard of `holder`'s hold, with its metrics `hold`.
-    fn held(holder: Holder, hold: Hold, token: u64, lease: Arc<LeaseState>) -> Self {
+    /// A guard of `holder`'s hold, counted as a `kind` hold.
+    fn held(holder: Holder, kind: &'static str, token: u64, lease: Arc<LeaseState>) -> Self {
+        let labels = holder.client().labels(kind, holder.name());
         LockGuard {
-            holder: Some(holder),
-            token,
-            lease,
-            hold: Some(hold),
+            held: Held::new(holder, labels, Some(token), lease),
         }
     }
 
     pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
-        let hold = Hold::new(lock.client().labels("lock", lock.name()), lock.name());
-        Self::held(Holder::Reentrant(lock), hold, token, lease)
+        Self::held(Holder::Reentrant(lock), "lock", token, lease)
     }
 
     pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
-        let hold = Hold::new(lock.client().labels("fair-lock", lock.name()), lock.name());
-        Self::held(Holder::Fair(lock), hold, token, lease)
+        Self::held(Holder::Fair(lock), "fair-lock", token, lease)
     }
 
     pub(crate) fn read_write(
@@ -82,8 +74,7 @@ impl LockGuard {
             Side::Read => "read-lock",
             Side::Write => "write-lock",
         };
-        let hold = Hold::new(lock.client().labels(kind, lock.name()), lock.name());
-        Self::held(Holder::ReadWrite(lock, side), hold, token, lease)
+        Self::held(Holder::ReadWrite(lock, side), kind, token, lease)
     }
 
     pub(crate) fn simple(
@@ -92,38 +83,25 @@ impl LockGuard {
         fencing: u64,
         registration: Registration,
     ) -> Self {
-        let hold = Hold::new(
-            lock.client().labels("simple-lock", lock.name()),
-            lock.name(),
-        );
-        LockGuard {
-            lease: registration.state().clone(),
-            hold: Some(hold),
-            holder: Some(Holder::Simple {
-                lock,
-                token,
-                _registration: registration,
-            }),
-            token: fencing,
-        }
+        let lease = registration.state().clone();
+        let holder = Holder::Simple {
+            lock,
+            token,
+            _registration: registration,
+        };
+        Self::held(holder, "simple-lock", fencing, lease)
     }
 
     /// The fencing token of this grant: strictly larger than that of every
     /// earlier grant of the same lock from free. Reentrant holds of one
     /// owner share their first grant's token.
     pub fn fencing_token(&self) -> u64 {
-        self.token
+        self.held.token()
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        match &self.holder {
-            Some(Holder::Reentrant(lock)) => lock.name(),
-            Some(Holder::Fair(lock)) => lock.name(),
-            Some(Holder::ReadWrite(lock, _)) => lock.name(),
-            Some(Holder::Simple { lock, .. }) => lock.name(),
-            None => "",
-        }
+        self.held.name()
     }
 
     /// Releases this hold.
@@ -148,18 +126,8 @@ impl LockGuard {
     /// any) has settled; the release scripts recognize a resend, so the
     /// hold is released exactly once and the owner's hold count stays in
     /// step with the server's.
-    pub async fn release(mut self) -> Result<()> {
-        let hold = self.hold.take();
-        let release = async {
-            match self.holder.take() {
-                Some(holder) => holder.release().await,
-                None => Ok(()),
-            }
-        };
-        match hold {
-            Some(hold) => hold.release(Some(self.token), release).await,
-            None => release.await,
-        }
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
     }
 }
 
@@ -172,6 +140,26 @@ impl Holder {
             Holder::ReadWrite(lock, _) => lock.client(),
             Holder::Simple { lock, .. } => lock.client(),
         }
+    }
+}
+
+impl Holding for Holder {
+    const DROPPED: (&'static str, &'static str) = (
+        "lock guard dropped",
+        "the lock stays until its lease runs out",
+    );
+
+    fn name(&self) -> &str {
+        match self {
+            Holder::Reentrant(lock) => lock.name(),
+            Holder::Fair(lock) => lock.name(),
+            Holder::ReadWrite(lock, _) => lock.name(),
+            Holder::Simple { lock, .. } => lock.name(),
+        }
+    }
+
+    fn tasks(&self) -> &Tasks {
+        self.client().tasks()
     }
 
     /// Releases the hold. Cancel safe (see [`LockGuard::release`]).
@@ -196,29 +184,11 @@ impl Holder {
 
 impl Grant for LockGuard {
     fn token(&self) -> Option<u64> {
-        Some(self.token)
+        Some(self.held.token())
     }
 }
 
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        let Some(holder) = self.holder.take() else {
-            return;
-        };
-        let tasks = holder.client().tasks().clone();
-        tasks.detach(
-            "lock guard dropped",
-            "the lock stays until its lease runs out",
-            async move {
-                if let Err(e) = holder.release().await {
-                    tracing::warn!(error = %e, "release of a dropped lock guard failed");
-                }
-            },
-        );
-    }
-}
-
-crate::engine::lease::lease_view!(
+crate::engine::held::lease_view!(
     LockGuard,
     remaining = "The lease left as known locally (monotonic clock, conservative: \
         measured from when the granting or renewing command was sent). Zero \

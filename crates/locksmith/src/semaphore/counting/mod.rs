@@ -17,7 +17,9 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::held::{Held, Holding};
 use crate::engine::notify::{Check, Wake};
+use crate::engine::task::Tasks;
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -369,13 +371,13 @@ impl Semaphore {
 
     /// A guard for `permits` just taken.
     fn permits(&self, permits: u64) -> SemaphorePermits {
-        SemaphorePermits {
-            semaphore: Some(self.clone()),
+        let labels = self.shared.client.labels("semaphore", self.name());
+        let taken = Taken {
+            semaphore: self.clone(),
             permits,
-            hold: Some(crate::engine::observe::Hold::new(
-                self.shared.client.labels("semaphore", self.name()),
-                self.name(),
-            )),
+        };
+        SemaphorePermits {
+            held: Held::new(taken, labels, None, ()),
         }
     }
 
@@ -402,12 +404,31 @@ fn taken(reply: &Value) -> bool {
 #[derive(Debug)]
 #[must_use = "dropping the permits gives them back"]
 pub struct SemaphorePermits {
-    /// The semaphore to give back to; `None` once released or forgotten.
-    semaphore: Option<Semaphore>,
-    /// How many permits this guard holds.
+    /// The permits, until given back or forgotten.
+    held: Held<Taken, ()>,
+}
+
+/// Permits taken from a semaphore.
+#[derive(Debug)]
+struct Taken {
+    semaphore: Semaphore,
     permits: u64,
-    /// Metrics of this hold.
-    hold: Option<crate::engine::observe::Hold>,
+}
+
+impl Holding for Taken {
+    const DROPPED: (&'static str, &'static str) = ("semaphore permits dropped", "they stay taken");
+
+    fn name(&self) -> &str {
+        self.semaphore.name()
+    }
+
+    fn tasks(&self) -> &Tasks {
+        self.semaphore.shared.client.tasks()
+    }
+
+    async fn release(self) -> Result<()> {
+        self.semaphore.give_back(self.permits).await
+    }
 }
 
 impl crate::engine::observe::Grant for SemaphorePermits {}
@@ -415,12 +436,12 @@ impl crate::engine::observe::Grant for SemaphorePermits {}
 impl SemaphorePermits {
     /// How many permits this guard holds.
     pub fn permits(&self) -> u64 {
-        self.permits
+        self.held.holding().map_or(0, |taken| taken.permits)
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        self.semaphore.as_ref().map_or("", |s| s.name())
+        self.held.name()
     }
 
     /// Gives the permits back and wakes as many waiters as they satisfy.
@@ -431,45 +452,15 @@ impl SemaphorePermits {
     ///
     /// # Cancel safety
     /// Cancel safe: the release runs as a task of its own.
-    pub async fn release(mut self) -> Result<()> {
-        let hold = self.hold.take();
-        let permits = self.permits;
-        let semaphore = self.semaphore.take();
-        let release = async move {
-            match semaphore {
-                Some(semaphore) => semaphore.give_back(permits).await,
-                None => Ok(()),
-            }
-        };
-        match hold {
-            Some(hold) => hold.release(None, release).await,
-            None => release.await,
-        }
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
     }
 
     /// Keeps the permits taken without a guard (as
     /// `tokio::sync::SemaphorePermit::forget`); give them back later with
     /// [`Semaphore::release`]. Answers how many they were.
-    pub fn forget(mut self) -> u64 {
-        self.semaphore = None;
-        if let Some(hold) = self.hold.take() {
-            hold.forgotten();
-        }
-        self.permits
-    }
-}
-
-impl Drop for SemaphorePermits {
-    fn drop(&mut self) {
-        if let Some(semaphore) = self.semaphore.take() {
-            let permits = self.permits;
-            let tasks = semaphore.shared.client.tasks().clone();
-            tasks.detach("semaphore permits dropped", "they stay taken", async move {
-                if let Err(e) = semaphore.give_back(permits).await {
-                    tracing::warn!(semaphore = %semaphore.name(), error = %e, "giving back dropped semaphore permits failed");
-                }
-            });
-        }
+    pub fn forget(self) -> u64 {
+        self.held.forget().map_or(0, |taken| taken.permits)
     }
 }
 

@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::lease::LeaseState;
+use crate::engine::held::{Held, Holding};
 use crate::engine::notify::Check;
 use crate::engine::renewal::{Hold, Registration};
+use crate::engine::task::Tasks;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -361,15 +362,15 @@ impl ExpirableSemaphore {
             let left = Duration::from_millis(u64::try_from(value).unwrap_or(0));
             registration.maybe_rearmed(sent_at, left);
         }
-        Ok(Attempt::Taken(Permit {
-            semaphore: Some(self.clone()),
-            lease: registration.state().clone(),
-            registration: Some(registration),
+        let labels = self.shared.client.labels("permit-semaphore", self.name());
+        let lease = registration.state().clone();
+        let granted = Granted {
+            semaphore: self.clone(),
+            registration,
             id,
-            hold: Some(crate::engine::observe::Hold::new(
-                self.shared.client.labels("permit-semaphore", self.name()),
-                self.name(),
-            )),
+        };
+        Ok(Attempt::Taken(Permit {
+            held: Held::new(granted, labels, None, lease),
         }))
     }
 
@@ -396,17 +397,55 @@ fn granted(reply: &redis::Value) -> bool {
 #[derive(Debug)]
 #[must_use = "dropping the permit releases it"]
 pub struct Permit {
-    /// The semaphore to release to; `None` once released.
-    semaphore: Option<ExpirableSemaphore>,
+    /// The permit and its lease, until released.
+    held: Held<Granted>,
+}
+
+/// A permit granted by a semaphore.
+#[derive(Debug)]
+struct Granted {
+    semaphore: ExpirableSemaphore,
     /// Watchdog registration: renews the lease (unless fixed) and marks
     /// it lost when it cannot be kept. Dropped on release.
-    registration: Option<Registration>,
-    /// Deadline and lost signal, shared with the watchdog.
-    lease: Arc<LeaseState>,
+    registration: Registration,
     /// The permit id, 32 hex digits (Redisson stores the 16 bytes).
     id: Arc<str>,
-    /// Metrics of this hold.
-    hold: Option<crate::engine::observe::Hold>,
+}
+
+impl Holding for Granted {
+    const DROPPED: (&'static str, &'static str) =
+        ("permit dropped", "it stays taken until its lease runs out");
+
+    fn name(&self) -> &str {
+        self.semaphore.name()
+    }
+
+    fn tasks(&self) -> &Tasks {
+        self.semaphore.shared.client.tasks()
+    }
+
+    /// Runs as a task of its own, so a dropped call does not stop it.
+    async fn release(self) -> Result<()> {
+        let Granted {
+            semaphore,
+            registration,
+            id,
+        } = self;
+        // The lease is no longer renewed once the release has started.
+        drop(registration);
+        let tasks = semaphore.shared.client.tasks().clone();
+        let task = tasks.spawn(async move { semaphore.release_by_id(&id).await });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
+        }
+    }
+
+    /// A dropped permit whose lease had run out is back in the pool:
+    /// nobody is left to tell.
+    fn worth_a_warning(error: &Error) -> bool {
+        !matches!(error, Error::PermitNotHeld { .. })
+    }
 }
 
 impl crate::engine::observe::Grant for Permit {}
@@ -414,12 +453,12 @@ impl crate::engine::observe::Grant for Permit {}
 impl Permit {
     /// The permit id, as [`ExpirableSemaphore::release_by_id`] takes it.
     pub fn id(&self) -> &str {
-        &self.id
+        self.held.holding().map_or("", |granted| &granted.id)
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        self.semaphore.as_ref().map_or("", |s| s.name())
+        self.held.name()
     }
 
     /// Gives the permit back and wakes a waiter.
@@ -432,52 +471,12 @@ impl Permit {
     /// # Cancel safety
     /// Cancel safe: the release runs as a task of its own, so dropping this
     /// future does not stop it.
-    pub async fn release(mut self) -> Result<()> {
-        let Some(semaphore) = self.semaphore.take() else {
-            return Ok(());
-        };
-        // The lease is no longer renewed once the release has started.
-        self.registration = None;
-        let hold = self.hold.take();
-        let id = self.id.clone();
-        let tasks = semaphore.shared.client.tasks().clone();
-        let task = tasks.spawn(async move { semaphore.release_by_id(&id).await });
-        let release = async move {
-            match task.await {
-                Ok(result) => result,
-                Err(e) => Err(Error::internal(format!("the release task failed: {e}"))),
-            }
-        };
-        match hold {
-            Some(hold) => hold.release(None, release).await,
-            None => release.await,
-        }
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
     }
 }
 
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(semaphore) = self.semaphore.take() {
-            let id = self.id.clone();
-            self.registration = None;
-            let tasks = semaphore.shared.client.tasks().clone();
-            tasks.detach(
-                "permit dropped",
-                "it stays taken until its lease runs out",
-                async move {
-                    match semaphore.release_by_id(&id).await {
-                        Ok(()) | Err(Error::PermitNotHeld { .. }) => {}
-                        Err(e) => {
-                            tracing::warn!(semaphore = %semaphore.name(), permit = %id, error = %e, "release of a dropped permit failed")
-                        }
-                    }
-                },
-            );
-        }
-    }
-}
-
-crate::engine::lease::lease_view!(
+crate::engine::held::lease_view!(
     Permit,
     remaining = "A conservative estimate of how long the lease still runs (measured \
         from when the grant or last renewal was sent, minus a drift \

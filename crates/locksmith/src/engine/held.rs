@@ -1,0 +1,168 @@
+//! The hold core every guard wraps: what is held and how to release it,
+//! the grant's fencing token, the local lease view, the hold's metrics,
+//! and the release of a guard dropped unreleased, run in the background.
+//!
+//! A guard is a [`Held`] plus the accessors its kind documents. Releasing
+//! through [`Held::release`] records the outcome (span, counters, hold
+//! time); dropping a [`Held`] that still holds hands the release to the
+//! client's background work, where it is tracked (closing the client waits
+//! for it) and its failure logged.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::lease::{LeaseState, LostSignal};
+use crate::engine::observe::{Hold as Metrics, Labels};
+use crate::engine::task::Tasks;
+use crate::error::{Error, Result};
+
+/// Something held on the server, and how to give it back.
+pub(crate) trait Holding: Send + Sized + 'static {
+    /// Said in a warning when a dropped hold cannot be released (no
+    /// runtime): what was dropped, and what becomes of the hold.
+    const DROPPED: (&'static str, &'static str);
+
+    /// The held object's name.
+    fn name(&self) -> &str;
+
+    /// Where the release of a dropped hold runs.
+    fn tasks(&self) -> &Tasks;
+
+    /// Gives the hold back. Cancel safe: what a dropped call leaves
+    /// undone is finished in the background.
+    fn release(self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Whether a failed release of a dropped hold is worth a warning
+    /// (some outcomes are expected when nobody is left to tell).
+    fn worth_a_warning(_error: &Error) -> bool {
+        true
+    }
+}
+
+/// A hold and what a guard knows about it (see the module docs). `L` is
+/// the lease view: `Arc<LeaseState>` for leased holds, `()` for holds
+/// nothing on the server can take away.
+#[derive(Debug)]
+pub(crate) struct Held<H: Holding, L = Arc<LeaseState>> {
+    /// What is held; `None` once released or forgotten.
+    holding: Option<H>,
+    /// The grant's fencing token, for kinds that have one.
+    token: Option<u64>,
+    /// The local lease view, shared with the renewal.
+    lease: L,
+    /// The hold's metrics (grant to release); `None` once recorded.
+    metrics: Option<Metrics>,
+}
+
+impl<H: Holding, L> Held<H, L> {
+    /// A hold just granted: its metrics start now.
+    pub(crate) fn new(holding: H, labels: Labels, token: Option<u64>, lease: L) -> Self {
+        let metrics = Metrics::new(labels, holding.name());
+        Held {
+            holding: Some(holding),
+            token,
+            lease,
+            metrics: Some(metrics),
+        }
+    }
+
+    /// What is held, until it is released.
+    pub(crate) fn holding(&self) -> Option<&H> {
+        self.holding.as_ref()
+    }
+
+    /// The held object's name (empty once released).
+    pub(crate) fn name(&self) -> &str {
+        self.holding.as_ref().map_or("", Holding::name)
+    }
+
+    /// The grant's fencing token (0 for kinds without one).
+    pub(crate) fn token(&self) -> u64 {
+        self.token.unwrap_or(0)
+    }
+
+    /// Gives the hold back and records the outcome.
+    pub(crate) async fn release(mut self) -> Result<()> {
+        let holding = self.holding.take();
+        let release = async move {
+            match holding {
+                Some(holding) => holding.release().await,
+                None => Ok(()),
+            }
+        };
+        match self.metrics.take() {
+            Some(metrics) => metrics.release(self.token, release).await,
+            None => release.await,
+        }
+    }
+
+    /// Keeps the hold without a guard: nothing is released; the metrics
+    /// record it as forgotten. Answers what was held.
+    pub(crate) fn forget(mut self) -> Option<H> {
+        if let Some(metrics) = self.metrics.take() {
+            metrics.forgotten();
+        }
+        self.holding.take()
+    }
+}
+
+impl<H: Holding> Held<H, Arc<LeaseState>> {
+    /// The lease left as known locally; zero once lost.
+    pub(crate) fn remaining_lease(&self) -> Duration {
+        self.lease.remaining()
+    }
+
+    /// True once the lease is known or assumed lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// Fires when the lease is lost.
+    pub(crate) fn lost(&self) -> LostSignal {
+        self.lease.signal()
+    }
+}
+
+impl<H: Holding, L> Drop for Held<H, L> {
+    fn drop(&mut self) {
+        let Some(holding) = self.holding.take() else {
+            return;
+        };
+        let tasks = holding.tasks().clone();
+        let (what, left) = H::DROPPED;
+        tasks.detach(what, left, async move {
+            let name = holding.name().to_owned();
+            if let Err(e) = holding.release().await {
+                if H::worth_a_warning(&e) {
+                    tracing::warn!(name = %name, error = %e, "release of a dropped guard failed");
+                }
+            }
+        });
+    }
+}
+
+/// The lease accessors every leased guard has (`remaining_lease`,
+/// `is_lost`, `lost`), over its `held: Held<_>` field, each with
+/// the guard's own wording of what its lease is.
+macro_rules! lease_view {
+    ($guard:ty, remaining = $remaining:literal, lost = $lost:literal, signal = $signal:literal $(,)?) => {
+        impl $guard {
+            #[doc = $remaining]
+            pub fn remaining_lease(&self) -> std::time::Duration {
+                self.held.remaining_lease()
+            }
+
+            #[doc = $lost]
+            pub fn is_lost(&self) -> bool {
+                self.held.is_lost()
+            }
+
+            #[doc = $signal]
+            pub fn lost(&self) -> $crate::engine::lease::LostSignal {
+                self.held.lost()
+            }
+        }
+    };
+}
+pub(crate) use lease_view;
