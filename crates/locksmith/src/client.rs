@@ -223,8 +223,9 @@ impl ClientBuilder {
     /// (its lease ran out, it was force-unlocked, or a restart without
     /// persistence or a failover wiped it). Without receipts that release
     /// answers [`Error::Unconfirmed`], never `Ok`. With receipts, each
-    /// final release of a lock, fair lock or read-write lock also writes
-    /// `{NAME}:locksmith_released:<owner>` (expiring once no resend can
+    /// final release of a lock, fair lock, read-write lock or simple lock
+    /// also writes `{NAME}:locksmith_released:<owner>` (the simple lock's:
+    /// `<token>` for `<owner>`; expiring once no resend can
     /// come, about `5 × command_timeout + 2 × connect_timeout`), so the
     /// resend answers exactly: `Ok` when its first send released the hold,
     /// [`Error::NotHeld`] when the hold was lost. Redisson's unlock writes

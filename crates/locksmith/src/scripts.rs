@@ -40,7 +40,7 @@ catalogue! {
     RENEW_TOKEN = "lock/simple/renew" after [HOLDS];
     RENEW_PERMIT = "semaphore/expirable/renew" after [HOLDS];
     SIMPLE_ACQUIRE (unacked) = "lock/simple/acquire";
-    SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE];
+    SIMPLE_RELEASE (unacked) = "lock/simple/release" after [ANNOUNCE, RECEIPT];
     MULTI_ACQUIRE = "lock/multi/acquire";
     FAIR_ACQUIRE = "lock/fair/acquire"
         after [BATCH, ANNOUNCE, REENTER, include_str!("lock/fair/common.lua")];

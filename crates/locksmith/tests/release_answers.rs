@@ -1,4 +1,5 @@
-//! What the counted kinds (lock, fair lock, read-write lock) answer and
+//! What the counted kinds (lock, fair lock, read-write lock) and the
+//! simple lock answer and
 //! keep locally around a release, and how their waits clean up after
 //! themselves: the shared release core, its receipts, and the wake-ups of
 //! withdrawn or failed waiters.
@@ -65,9 +66,17 @@ enum Kind {
     Fair,
     Write,
     Read,
+    /// The simple lock (compare-and-delete release; receipts too).
+    Simple,
 }
 
-const KINDS: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Write, Kind::Read];
+const KINDS: [Kind; 5] = [
+    Kind::Lock,
+    Kind::Fair,
+    Kind::Write,
+    Kind::Read,
+    Kind::Simple,
+];
 
 async fn take(client: &Client, kind: Kind, name: &str, lease: Duration) -> LockGuard {
     acquire(client, kind, name, lease).await.unwrap()
@@ -102,6 +111,10 @@ async fn acquire(
             let lock = client.read_write_lock(name).unwrap().with_lease(lease);
             lock.unwrap().read().await
         }
+        Kind::Simple => {
+            let lock = client.simple_lock(name).unwrap().with_lease(lease);
+            lock.unwrap().lock().await
+        }
     }
 }
 
@@ -112,6 +125,7 @@ async fn try_other(client: &Client, kind: Kind, name: &str) -> Option<LockGuard>
         Kind::Lock => client.lock(name).unwrap().try_lock().await,
         Kind::Fair => client.fair_lock(name).unwrap().try_lock().await,
         Kind::Write | Kind::Read => client.read_write_lock(name).unwrap().try_write().await,
+        Kind::Simple => client.simple_lock(name).unwrap().try_lock().await,
     }
     .unwrap()
 }
@@ -182,7 +196,7 @@ async fn a_release_of_a_hold_a_restart_wiped_never_answers_ok() {
     for receipts in [true, false] {
         let a = connect(&server.url(), Duration::from_secs(30), receipts).await;
         let b = client(&server, Duration::from_secs(30)).await;
-        for kind in [Kind::Lock, Kind::Fair, Kind::Write] {
+        for kind in [Kind::Lock, Kind::Fair, Kind::Write, Kind::Simple] {
             let name = format!("wiped-{kind:?}-{receipts}");
             // A fixed lease: no renewal finds the loss before the release.
             let held = take(&a, kind, &name, Duration::from_secs(60)).await;

@@ -284,35 +284,42 @@ impl SimpleLock {
 
     /// Compare-and-delete with `token` (used by [`LockGuard`]). `resend`
     /// when an earlier call may have landed; `lost_before` when the lease
-    /// was known lost before this release started (then "not ours" after a
-    /// resend is the truth, not a sign that the first send landed).
+    /// was known lost before this release started.
+    ///
+    /// A resend that finds the lock not held by `token` cannot tell by
+    /// itself whether its first send freed it or the hold was already gone
+    /// (expired, deleted, wiped by a restart): it answers
+    /// [`Error::Unconfirmed`], unless the lease was lost before the release
+    /// started ([`Error::NotHeld`]) or release receipts are on, which make
+    /// the answer exact (the first send leaves one; the resend looks for it).
     pub(crate) async fn release_token(
         &self,
         token: &str,
         resend: bool,
         lost_before: bool,
     ) -> Result<()> {
+        let client = &self.shared.client;
+        let receipt_ttl = client.receipt_ttl_ms();
         let mut invocation = scripts::SIMPLE_RELEASE.prepare_invoke();
         invocation
             .key(&self.shared.name)
             .key(&self.shared.channel)
             .arg(token)
             .arg(crate::lock::UNLOCK_MESSAGE)
-            .arg(self.shared.client.notify_mode().code());
+            .arg(client.notify_mode().code())
+            .arg(receipt_ttl);
         let mut attempt = 0;
         let mut resent = resend;
         loop {
             attempt += 1;
-            match self
-                .shared
-                .client
-                .invoke::<i64>(&invocation, &self.shared.name)
-                .await
-            {
-                Ok(1) => return Ok(()),
-                // After a resend, "not ours" means the first send landed,
-                // unless the lease was lost before it went out.
-                Ok(_) if resent && !lost_before => return Ok(()),
+            match client.invoke::<i64>(&invocation, &self.shared.name).await {
+                // Freed by this send, or (its receipt says) by an earlier one.
+                Ok(1 | 2) => return Ok(()),
+                Ok(_) if resent && !lost_before && receipt_ttl == 0 => {
+                    return Err(Error::Unconfirmed {
+                        name: self.shared.name.clone(),
+                    })
+                }
                 Ok(_) => {
                     return Err(Error::NotHeld {
                         name: self.shared.name.clone(),

@@ -4,10 +4,17 @@
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the unlock message (0)
 -- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- Returns 1 released, 0 not held by this token.
+-- ARGV[4]  how long (ms) the release's receipt stays; '0' leaves none
+-- Returns 1 released; 2 already released by an earlier send of this very
+-- release (its receipt is there; tokens are never reused, so the receipt
+-- is this hold's); 0 not held by this token.
 if redis.call('get', KEYS[1]) == ARGV[1] then
+    leave_receipt(KEYS[1], ARGV[1], '1', ARGV[4])
     redis.call('del', KEYS[1])
     announce(KEYS[2], ARGV[2], ARGV[3])
     return 1
+end
+if ARGV[4] ~= '0' and redis.call('get', receipt_key(KEYS[1], ARGV[1])) == '1' then
+    return 2
 end
 return 0
