@@ -28,7 +28,12 @@
 //!   declares ([`script_source`] reads one).
 //! - `engine/`: `conn.rs` (the connection layer's leaf types),
 //!   `topology.rs` (single server, Sentinel, Cluster; the URL forms),
-//!   `batch.rs` (coalesced script calls, per slot on a cluster),
+//!   `security.rs` (TLS, credentials), `batch.rs` (coalesced script
+//!   calls, per slot on a cluster), `acquire.rs` (one acquire request:
+//!   send, resend, undo; the wait entry; the three wait methods),
+//!   `undo.rs` (undo on drop, after the request it follows settled),
+//!   `hold.rs` (a counted hold and the release core), `held.rs` (the hold
+//!   core every guard wraps: release on drop, token, lease view, metrics),
 //!   `notify.rs` + `subscriber.rs` (one pub/sub connection per client,
 //!   waiter queues and wake policies), `renewal.rs` (the watchdog),
 //!   `lease.rs` (the lease view and [`LostSignal`]), `task.rs`

@@ -23,64 +23,26 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::batch::{self, Batcher, Call, Tracked};
+use crate::engine::batch::{self, Batcher, Call};
 use crate::engine::hold::HoldState;
 use crate::engine::lease::LeaseState;
 use crate::engine::renewal::Hold;
 use crate::engine::task::Tasks;
+use crate::engine::undo;
 use crate::error::{Error, Result};
 
-/// Undoes a grant that may have landed, given the owner's state.
-pub(crate) type Undo<S> =
-    Arc<dyn Fn(OwnedMutexGuard<S>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// Undoes a grant that may have landed, given the owner's state (see
+/// [`undo::Undo`]).
+pub(crate) type Undo<S> = undo::Undo<OwnedMutexGuard<S>>;
 
-/// The owner's state with an undo armed (see the module docs).
-pub(crate) struct Armed<S: Send + 'static> {
-    /// The owner's state; `None` once kept.
-    state: Option<OwnedMutexGuard<S>>,
-    /// What undoes a grant; `None` when nothing needs undoing.
-    undo: Option<Undo<S>>,
-    /// Settles once the latest send can no longer reach Redis.
-    after: Option<Tracked>,
-    /// Where the undo runs (the client's background work).
-    tasks: Tasks,
-}
+/// The owner's state with the undo of a grant armed.
+pub(crate) type Armed<S> = undo::Armed<OwnedMutexGuard<S>>;
 
-impl<S: Send + 'static> Armed<S> {
-    /// The caller takes the reply and the state with it: disarms the undo.
-    pub(crate) fn keep(mut self) -> OwnedMutexGuard<S> {
-        self.undo = None;
-        self.state
-            .take()
-            .expect("an armed state is only taken by keep(), which consumes it")
-    }
-
-    /// The state, still armed.
-    pub(crate) fn state(&mut self) -> &mut S {
-        self.state
-            .as_deref_mut()
-            .expect("an armed state is only taken by keep(), which consumes it")
-    }
-}
-
-impl<S: Send + 'static> Drop for Armed<S> {
-    fn drop(&mut self) {
-        let (Some(state), Some(undo)) = (self.state.take(), self.undo.take()) else {
-            return;
-        };
-        let after = self.after.take();
-        self.tasks.detach(
-            "undoing a grant nobody took",
-            "the hold stays until its lease runs out",
-            async move {
-                if let Some(after) = after {
-                    after.settled().await;
-                }
-                undo(state).await;
-            },
-        );
-    }
-}
+/// What an undone grant is, for a warning when it cannot run.
+const UNDOING: (&str, &str) = (
+    "undoing a grant nobody took",
+    "the hold stays until its lease runs out",
+);
 
 /// An acquire reply, and when it was asked for.
 pub(crate) struct Reply<S: Send + 'static> {
@@ -117,23 +79,18 @@ pub(crate) async fn send<S: Send + 'static>(
     state: OwnedMutexGuard<S>,
     undo: Undo<S>,
 ) -> Result<Reply<S>> {
-    let mut armed = Armed {
-        state: Some(state),
-        undo: Some(undo),
-        after: None,
-        tasks: batcher.tasks().clone(),
-    };
+    let mut armed = Armed::new(batcher.tasks(), UNDOING, state, undo);
     let first_sent = Instant::now();
     let mut sends = 0;
     loop {
         sends += 1;
         let sent_at = Instant::now();
         let (tracker, tracked) = batch::tracker();
-        armed.after = Some(tracked);
+        armed.after(tracked);
         match batcher.call::<Vec<i64>>(call.clone(), Some(tracker)).await {
             Ok((fields, acked)) => {
                 if !matches!(fields.first(), Some(1 | 2)) {
-                    armed.undo = None;
+                    armed.disarm();
                 }
                 return Ok(Reply {
                     fields,
@@ -153,7 +110,7 @@ pub(crate) async fn send<S: Send + 'static>(
                     // Redis answered the only send with an error: nothing
                     // was granted. (After a resend, an earlier send may
                     // have granted: the undo stays armed.)
-                    armed.undo = None;
+                    armed.disarm();
                 }
                 // Otherwise the outcome is unknown: dropping `armed` undoes
                 // a grant that may have landed.

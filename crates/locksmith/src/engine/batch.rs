@@ -34,7 +34,7 @@
 //!
 //! Cancellation: a request whose caller went away before its call was sent
 //! is dropped, not sent. A caller that must undo its request if it lands
-//! (the rollback of a cancelled acquire) passes a [`Tracker`] and
+//! (the undo of a cancelled acquire, `engine::undo`) passes a [`Tracker`] and
 //! waits on [`Tracked::settled`] before undoing: it resolves once the
 //! request can no longer reach Redis ahead of the undo (its call completed
 //! or failed, or it was dropped unsent), so the undo is never overtaken by

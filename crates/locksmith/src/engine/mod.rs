@@ -23,4 +23,5 @@ pub(crate) mod security;
 pub(crate) mod subscriber;
 pub(crate) mod task;
 pub(crate) mod topology;
+pub(crate) mod undo;
 pub(crate) mod validate;

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::release::Rollback;
+use super::release::undo_grant_in_background;
 use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock};
 use crate::client::Client;
 use crate::engine::conn::ATTEMPTS;
@@ -476,14 +476,13 @@ fn roll_back(
     for (lock, state) in locks.iter().zip(states) {
         let expected_after = state.count + 1;
         let lease = lock.lease();
-        drop(Rollback {
-            shared: lock.shared.clone(),
-            state: Some(state),
+        undo_grant_in_background(
+            lock.shared.clone(),
+            state,
             expected_after,
             lease,
-            after: None,
-            until: first_sent + lease,
-        });
+            first_sent + lease,
+        );
     }
 }
 

@@ -43,6 +43,7 @@ use crate::engine::held::{Held, Holding};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
 use crate::engine::task::Tasks;
+use crate::engine::undo::{Armed, Undo};
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -808,11 +809,17 @@ impl Redlock {
             .iter()
             .map(|_| crate::engine::batch::tracker())
             .unzip();
-        let mut undo = Undo {
-            lock: Some(self.clone()),
-            owner: owner.clone(),
-            after: tracked.into_iter().map(Some).collect(),
-        };
+        // Per node, the round's request while something may have been
+        // granted there: a dropped round is undone where it may have
+        // granted, each node once its request settled.
+        let lock = self.clone();
+        let undone = owner.clone();
+        let undo: Undo<Vec<Option<Tracked>>> = Arc::new(move |after| {
+            let (lock, owner) = (lock.clone(), undone.clone());
+            Box::pin(async move { lock.undo_round(owner, after).await })
+        });
+        let after: Vec<Option<Tracked>> = tracked.into_iter().map(Some).collect();
+        let mut undo = Armed::new(inner.tasks(), UNDOING, after, undo);
         let start = Instant::now();
         let replies = join_all(inner.nodes.iter().zip(trackers).map(|(node, tracker)| {
             let owner = &owner;
@@ -834,14 +841,14 @@ impl Redlock {
                 Ok(NodeGrant::Busy) => {
                     // Nothing was granted there to this fresh owner.
                     busy += 1;
-                    undo.after[i] = None;
+                    undo.state()[i] = None;
                 }
                 Err(e) => errors.push(format!("{}: {e}", node.addr)),
             }
         }
         let state = Arc::new(LeaseState::new(start, lease));
         if tokens.len() >= inner.quorum && !state.is_lost() {
-            undo.lock = None;
+            let after = undo.keep();
             let token = tokens.iter().copied().max().unwrap_or(0);
             let stop = CancellationToken::new();
             // Renews a watchdog lease; for a fixed one it only watches for
@@ -855,10 +862,7 @@ impl Redlock {
             let holding = RedlockHold {
                 lock: self.clone(),
                 owner,
-                after: std::mem::take(&mut undo.after)
-                    .into_iter()
-                    .flatten()
-                    .collect(),
+                after: after.into_iter().flatten().collect(),
                 lease: state.clone(),
                 _stop: stop.drop_guard(),
             };
@@ -874,9 +878,8 @@ impl Redlock {
         // late, so it waits for their request to settle), silently. The
         // next round waits for the undo at most one per-node timeout; the
         // rest goes on in the background.
-        undo.lock = None;
+        let after = undo.keep();
         let lock = self.clone();
-        let after = std::mem::take(&mut undo.after);
         let undoing = inner
             .tasks()
             .spawn(async move { lock.undo_round(owner, after).await });
@@ -1095,32 +1098,11 @@ fn jitter(delay: Duration) -> Duration {
     Duration::from_millis(rand::random_range(ms / 2..=ms + ms / 2))
 }
 
-/// Undoes a round whose future was dropped before it finished.
-struct Undo {
-    /// `Some` while armed.
-    lock: Option<Redlock>,
-    owner: Arc<str>,
-    /// Per node, the round's acquire request while something may have been
-    /// granted there; the undo waits until it settled.
-    after: Vec<Option<Tracked>>,
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            let owner = self.owner.clone();
-            let after = std::mem::take(&mut self.after);
-            let tasks = lock.nodes.inner.tasks().clone();
-            tasks.detach(
-                "undoing a cancelled Redlock round",
-                "grants that landed stay until their lease runs out",
-                async move {
-                    lock.undo_round(owner, after).await;
-                },
-            );
-        }
-    }
-}
+/// What undoing a dropped round is, for a warning when it cannot run.
+const UNDOING: (&str, &str) = (
+    "undoing a cancelled Redlock round",
+    "grants that landed stay until their lease runs out",
+);
 
 /// The watchdog of one hold (for a fixed lease it only marks the hold lost
 /// when the set is closed): extends it on every node every third of the

@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use super::{HoldState, Lock, LockGuard, Rollback};
+use super::release::undo_grant_in_background;
+use super::{HoldState, Lock, LockGuard};
 
 /// Per-client registry of parked waiters, by lock name.
 #[derive(Debug)]
@@ -400,18 +401,18 @@ impl Offer {
         if maybe_landed {
             ticket.notify.notify_one();
         }
-        if abandoned && maybe_landed {
+        if let (true, true, Some(hold)) = (abandoned, maybe_landed, hold) {
             // Release the successor's hold with the count it has if the
             // hand-off landed; the release script answers "not held"
             // harmlessly if it did not.
-            drop(Rollback {
-                lease: ticket.lock.lease(),
-                shared: ticket.lock.shared.clone(),
-                state: hold,
-                expected_after: 1,
-                after: None,
-                until: Instant::now() + ticket.lock.lease(),
-            });
+            let lease = ticket.lock.lease();
+            undo_grant_in_background(
+                ticket.lock.shared.clone(),
+                hold,
+                1,
+                lease,
+                Instant::now() + lease,
+            );
         }
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::acquire;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::conn::ATTEMPTS;
 use crate::engine::hold::HoldState;
@@ -32,7 +33,7 @@ pub use guard::LockGuard;
 use handoff::Handoffs;
 
 use handoff::{Claim, TicketGuard};
-use release::{release_locked, PendingRelease, Rollback};
+use release::{release_locked, undo_grant};
 
 /// While a local release is handing the lock to a waiter, the waiter's
 /// fallback re-check comes no sooner than this (the outcome normally
@@ -485,17 +486,21 @@ impl Lock {
             }
         };
         let expected = state.count;
-        // Armed before the call: if this future is dropped while the call
-        // is in flight (or an error leaves its outcome unknown), the grant
-        // may have landed; the rollback undoes it, after the call settled.
-        let mut rollback = Rollback {
-            shared: self.shared.clone(),
-            state: Some(state),
-            expected_after: expected + 1,
-            lease,
-            after: None,
-            until: Instant::now() + lease,
-        };
+        // Armed from the first send until the reply is kept: if this
+        // future is dropped while the call is in flight (or an error leaves
+        // its outcome unknown), the grant may have landed; the undo
+        // releases it, after the call settled.
+        let until = Instant::now() + lease;
+        let shared = self.shared.clone();
+        let undo: acquire::Undo<HoldState> = Arc::new(move |state| {
+            Box::pin(undo_grant(
+                shared.clone(),
+                state,
+                expected + 1,
+                lease,
+                until,
+            ))
+        });
         let call = Call::new(
             2,
             [
@@ -506,68 +511,34 @@ impl Lock {
                 Arg::Int(u64::from(expected)),
             ],
         );
-        let first_sent = Instant::now();
-        let mut attempt = 0;
-        let (reply, sent_at, acked): (Vec<i64>, Instant, Option<u32>) = loop {
-            attempt += 1;
-            let sent_at = Instant::now();
-            let (tracker, tracked) = crate::engine::batch::tracker();
-            rollback.after = Some(tracked);
-            let reply = self
-                .shared
-                .room
-                .acquire
-                .call(call.clone(), Some(tracker))
-                .await;
-            match reply {
-                Ok((reply, acked)) => break (reply, sent_at, acked),
-                Err(e) => {
-                    let e = client.map_err(e, Some(&self.shared.name));
-                    if e.may_resend(attempt) {
-                        tracing::debug!(lock = %self.shared.name, error = %e, "acquire reply lost; resending");
-                    } else {
-                        // The rollback releases a grant that may have landed.
-                        return Err(self.name_wrong_type(e).await);
-                    }
-                }
-            }
+        let name = &self.shared.name;
+        let room = &self.shared.room;
+        let reply = match acquire::send(client, name, &room.acquire, call, state, undo).await {
+            Ok(reply) => reply,
+            Err(e) => return Err(self.name_wrong_type(e).await),
         };
-        let field = |i: usize| reply.get(i).copied().unwrap_or(0);
-        let acks = client.acks();
-        if matches!(field(0), 1 | 2) && acks.short(acked) {
+        let status = reply.field(0);
+        if matches!(status, 1 | 2) && client.acks().short(reply.acked) {
             // Too few replicas saw the grant: a failover now could lose
-            // it. The armed rollback undoes it (this owner's count goes
-            // back to what it was).
-            metrics::counter!("locksmith_grants_not_replicated_total").increment(1);
-            return Err(Error::NotReplicated {
-                name: self.shared.name.to_string(),
-                acked: acked.unwrap_or(0),
-                wanted: acks.min,
-            });
+            // it. Dropping the armed reply undoes it (this owner's count
+            // goes back to what it was).
+            return Err(acquire::not_replicated(client, name, reply.acked));
         }
-        let Some(mut state) = rollback.state.take() else {
-            return Err(self.not_held());
-        };
-        let (status, value, count) = (field(0), field(1), u32::try_from(field(2)).unwrap_or(0));
-        let left = reply.get(3).copied();
         match status {
-            // Granted by this send: the lease runs from it.
-            1 => self
-                .grant(&mut state, value, count, sent_at)
-                .map(Attempt::Granted),
-            // Granted earlier: by an earlier send of this attempt (the
-            // lease then runs from the first send at the latest), or a
-            // grant left over from an attempt given up on (older still).
-            // The server's remaining TTL, read by this send, caps it.
-            2 => {
-                let guard = self.grant(&mut state, value, count, first_sent)?;
-                if let (Some(reg), Some(ms)) = (&state.registration, left) {
-                    let ms = u64::try_from(ms).unwrap_or(0);
-                    reg.maybe_rearmed(sent_at, Duration::from_millis(ms));
-                }
-                Ok(Attempt::Granted(guard))
+            // Granted by this send (the lease runs from it), or earlier: by
+            // an earlier send of this attempt, or a grant left over from an
+            // attempt given up on (the server's remaining TTL caps it).
+            1 | 2 => {
+                let grant = acquire::Granted::from_reply(&reply);
+                let mut state = reply.state.keep();
+                let lease = acquire::record_grant(client, &mut state, grant, self.hold());
+                Ok(Attempt::Granted(LockGuard::reentrant(
+                    self.clone(),
+                    state.token,
+                    lease,
+                )))
             }
-            0 => Ok(Attempt::Busy(match u64::try_from(value) {
+            0 => Ok(Attempt::Busy(match u64::try_from(reply.field(1)) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
                 // No expiry on the key (set by someone else without a
                 // lease): re-check periodically.
@@ -577,9 +548,20 @@ impl Lock {
                 // The server does not know this owner's holds: they were
                 // lost. Start over from nothing, so the handle can acquire
                 // afresh once the lock is free.
-                state.forget();
+                reply.state.keep().forget();
                 Err(self.not_held())
             }
+        }
+    }
+
+    /// How this owner's holds are renewed.
+    fn hold(&self) -> Hold {
+        Hold {
+            key: self.shared.name.clone(),
+            script: &scripts::RENEW_FIELD,
+            owner: self.shared.owner.clone(),
+            lease: self.lease(),
+            renew: self.lease.is_none(),
         }
     }
 
@@ -604,31 +586,16 @@ impl Lock {
         count: u32,
         armed_at: Instant,
     ) -> Result<LockGuard> {
-        let lease = self.lease();
-        // A count without a registration means a background task that
-        // owned the state ended early; the server just granted, so the hold
-        // is registered afresh rather than refused.
-        if state.count == 0 || state.registration.is_none() {
-            let registration = self.shared.client.renewer().register(
-                Hold {
-                    key: self.shared.name.clone(),
-                    script: &scripts::RENEW_FIELD,
-                    owner: self.shared.owner.clone(),
-                    lease,
-                    renew: self.lease.is_none(),
-                },
-                armed_at,
-            );
-            state.begin(token, registration);
-        } else if let Some(reg) = &state.registration {
-            reg.rearmed(armed_at, lease);
-        }
-        state.count = count;
-        let lease_state = match &state.registration {
-            Some(reg) => reg.state().clone(),
-            None => return Err(self.not_held()),
+        let grant = acquire::Granted {
+            status: 1,
+            token,
+            count,
+            left_ms: 0,
+            sent_at: armed_at,
+            first_sent: armed_at,
         };
-        Ok(LockGuard::reentrant(self.clone(), state.token, lease_state))
+        let lease = acquire::record_grant(&self.shared.client, state, grant, self.hold());
+        Ok(LockGuard::reentrant(self.clone(), state.token, lease))
     }
 
     fn not_held(&self) -> Error {
@@ -641,11 +608,11 @@ impl Lock {
     ///
     /// Cancel safe: dropped before it holds the owner's state, a release is
     /// sent in the background; dropped after, the release in flight is
-    /// finished in the background (see [`InFlight`]).
+    /// finished in the background (see [`release_locked`]).
     async fn release_one(&self) -> Result<()> {
-        let mut pending = PendingRelease(Some(self.clone()));
+        let pending = release::pending_release(self);
         let state = self.shared.state.clone().lock_owned().await;
-        pending.0 = None;
+        pending.keep();
         release_locked(&self.shared, state, self.lease(), true, Instant::now()).await
     }
 

@@ -1,8 +1,8 @@
 //! The release path of the reentrant lock: the release script call and
 //! its resends, reading its answer into the owner's state, finishing a
 //! release in the background when its caller went away or Redis stopped
-//! answering ([`settle`]), and undoing an acquire whose reply was never
-//! read ([`Rollback`]).
+//! answering ([`settle`]), and undoing a grant whose reply was never
+//! read ([`undo_grant`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use super::handoff::Offer;
 use super::{Lock, Shared};
 use crate::engine::batch::{Arg, Call};
 use crate::engine::hold::{apply_release as apply_answer, HoldState, Sends};
+use crate::engine::undo::{Armed, Undo};
 use crate::error::{Error, Result};
 
 /// What the release script is asked to do, and what a resend must repeat.
@@ -88,73 +89,32 @@ impl ReleaseCall {
     }
 }
 
-/// A release started by a future that was dropped before it held the
-/// owner's state: the release is sent from a background task instead.
-pub(in crate::lock) struct PendingRelease(pub(in crate::lock) Option<Lock>);
+/// What finishing a release in the background is, for a warning when it
+/// cannot run.
+const FINISHING: (&str, &str) = (
+    "finishing a release whose reply was lost",
+    "the hold runs out with its lease",
+);
 
-impl Drop for PendingRelease {
-    fn drop(&mut self) {
-        let Some(lock) = self.0.take() else {
-            return;
-        };
-        let tasks = lock.shared.client.tasks().clone();
-        tasks.detach(
-            "releasing for a cancelled release call",
-            "the hold runs out with its lease",
-            async move {
-                let state = lock.shared.state.clone().lock_owned().await;
-                let result =
-                    release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
-                tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
-            },
-        );
-    }
-}
-
-/// A release call on the wire, holding the owner's state. Resolved, it
-/// hands the state back; dropped unresolved (the releasing future was
-/// cancelled mid-call, or its runtime is ending), it finishes the release
-/// in the background ([`settle`]) once the call in flight has settled, so
-/// the owner's next call never sees a count the server no longer has.
-struct InFlight {
-    /// Whose release.
-    shared: Arc<Shared>,
-    /// The owner's state; `None` once resolved.
-    state: Option<OwnedMutexGuard<HoldState>>,
-    /// The same release without a successor: what a background resend
-    /// sends.
-    plain: ReleaseCall,
-    /// What was sent so far.
-    sends: Sends,
-    /// Settles once the latest send can no longer reach Redis.
-    after: Option<crate::engine::batch::Tracked>,
-    /// End of the hold when the owner has no watchdog registration (the
-    /// rollback of a first grant): how long a background resend may try.
-    until: Instant,
-}
-
-impl InFlight {
-    /// The answer is in: take the owner's state back (disarms the drop).
-    fn resolve(&mut self) -> Option<OwnedMutexGuard<HoldState>> {
-        self.state.take()
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            let mut sends = self.sends;
-            sends.resent = true;
-            spawn_settle(
-                self.shared.clone(),
-                state,
-                self.plain.clone(),
-                sends,
-                self.after.take(),
-                self.until,
-            );
-        }
-    }
+/// A release started by a future that may be dropped before it holds the
+/// owner's state: armed until then, it sends the release from a
+/// background task instead.
+pub(in crate::lock) fn pending_release(lock: &Lock) -> Armed<()> {
+    let pending = lock.clone();
+    let undo: Undo<()> = Arc::new(move |()| {
+        let lock = pending.clone();
+        Box::pin(async move {
+            let state = lock.shared.state.clone().lock_owned().await;
+            let result =
+                release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
+            tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
+        })
+    });
+    let what = (
+        "releasing for a cancelled release call",
+        "the hold runs out with its lease",
+    );
+    Armed::new(lock.shared.client.tasks(), what, (), undo)
 }
 
 /// The release script, resent on a lost reply, with the owner's state
@@ -206,20 +166,31 @@ pub(in crate::lock) async fn release_locked(
     }
     let episode = state.episode;
     let call = ReleaseCall::new(shared, lease, expected, episode, offer.as_ref());
-    let mut flight = InFlight {
-        shared: shared.clone(),
-        state: Some(state),
-        plain: ReleaseCall::new(shared, lease, expected, episode, None),
-        sends: Sends::start(shared.client.release_rules()),
-        after: None,
-        until,
-    };
+    // A release call on the wire holds the owner's state. Kept once the
+    // answer is in; dropped unresolved (the releasing future was cancelled
+    // mid-call, or no answer came), it finishes the release in the
+    // background (see [`finish`]) once the call in flight has settled, so
+    // the owner's next call never sees a count the server no longer has.
+    let plain = ReleaseCall::new(shared, lease, expected, episode, None);
+    let finishing = shared.clone();
+    let undo: Undo<(OwnedMutexGuard<HoldState>, Sends)> = Arc::new(move |(state, mut sends)| {
+        sends.resent = true;
+        Box::pin(finish(
+            finishing.clone(),
+            state,
+            plain.clone(),
+            sends,
+            until,
+        ))
+    });
+    let sends = Sends::start(shared.client.release_rules());
+    let mut flight = Armed::new(client.tasks(), FINISHING, (state, sends), undo);
     let mut attempt = 0;
     let (status, value) = loop {
         attempt += 1;
-        flight.sends.answered = Instant::now();
+        flight.state().1.answered = Instant::now();
         let (tracker, tracked) = crate::engine::batch::tracker();
-        flight.after = Some(tracked);
+        flight.after(tracked);
         match call.send(shared, Some(tracker)).await {
             Ok(reply) => break reply,
             Err(e) => {
@@ -227,7 +198,7 @@ pub(in crate::lock) async fn release_locked(
                 let lost_reply = e.is_reply_lost();
                 if e.may_resend(attempt) {
                     tracing::debug!(lock = %shared.name, error = %e, "release reply lost; resending");
-                    flight.sends.resent = true;
+                    flight.state().1.resent = true;
                     continue;
                 }
                 // Dropping the offer tells the successor the outcome is
@@ -239,9 +210,7 @@ pub(in crate::lock) async fn release_locked(
                 if !lost_reply {
                     // Redis refused the script: nothing was released, and
                     // resending cannot help. Give the hold up locally.
-                    if let Some(mut state) = flight.resolve() {
-                        state.forget();
-                    }
+                    flight.keep().0.forget();
                 }
                 // Otherwise dropping the flight settles it in the
                 // background.
@@ -249,12 +218,7 @@ pub(in crate::lock) async fn release_locked(
             }
         }
     };
-    let Some(mut state) = flight.resolve() else {
-        return Err(Error::NotHeld {
-            name: shared.name.to_string(),
-        });
-    };
-    let sends = flight.sends;
+    let (mut state, sends) = flight.keep();
     if yielding {
         if status == 1 {
             // Freed for real at the streak limit because other clients
@@ -312,17 +276,17 @@ fn apply_release(
     apply_answer(state, status, value, sends, Some(call.lease)).answer(&shared.name)
 }
 
-/// Hands a release whose outcome is unknown to a background task (see
-/// [`settle`]), started once `after` (the call in flight) has settled.
-/// `until` is the end of the hold if the owner has no registration.
-fn spawn_settle(
+/// Finishes a release whose outcome is unknown (see [`settle`]); run once
+/// the call in flight has settled. `until` is the end of the hold if the
+/// owner has no registration. The state is the returned future's from the
+/// call on: dropped unrun (its runtime ended), it forgets the hold.
+fn finish(
     shared: Arc<Shared>,
     mut state: OwnedMutexGuard<HoldState>,
     call: ReleaseCall,
     sends: Sends,
-    after: Option<crate::engine::batch::Tracked>,
     until: Instant,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     // Until the deadline of the hold the lease may still be on the server.
     let deadline = state
         .registration
@@ -333,22 +297,8 @@ fn spawn_settle(
         // itself whatever becomes of the resends.
         state.registration = None;
     }
-    if tokio::runtime::Handle::try_current().is_err() {
-        state.forget();
-        return;
-    }
     let settling = Settling(Some(state));
-    let tasks = shared.client.tasks().clone();
-    tasks.detach(
-        "finishing a release whose reply was lost",
-        "the hold runs out with its lease",
-        async move {
-            if let Some(after) = after {
-                after.settled().await;
-            }
-            settle(shared, settling, call, sends, deadline).await;
-        },
-    );
+    settle(shared, settling, call, sends, deadline)
 }
 
 /// The owner's state held by a background task. If the task is dropped
@@ -421,64 +371,46 @@ async fn settle(
     }
 }
 
-/// Undoes an acquire whose reply was never read, when the acquiring
-/// future is dropped mid-call.
-pub(in crate::lock) struct Rollback {
-    /// Whose hold to undo.
-    pub(in crate::lock) shared: Arc<Shared>,
-    /// The owner's state, locked for the duration of the call; handed to the
-    /// rollback task so no other call of this owner interleaves. Taken out
-    /// (disarming the rollback) once the reply is in hand.
-    pub(in crate::lock) state: Option<OwnedMutexGuard<HoldState>>,
-    /// The hold count the server has if the grant landed.
-    pub(in crate::lock) expected_after: u32,
-    /// Lease to re-arm if holds remain after undoing.
-    pub(in crate::lock) lease: Duration,
-    /// Settles once the acquire call being undone can no longer reach
-    /// Redis; the undo is sent only then, so it cannot be overtaken by the
-    /// grant it undoes.
-    pub(in crate::lock) after: Option<crate::engine::batch::Tracked>,
-    /// When a grant that landed would expire at the latest: how long the
-    /// undo may keep trying if Redis does not answer.
-    pub(in crate::lock) until: Instant,
-}
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        let Some(mut state) = self.state.take() else {
+/// Undoes a grant whose reply was never read (its caller went away, or
+/// too few replicas saw it): the release script with the post-grant count
+/// `expected_after` undoes a grant that landed and answers "nothing
+/// changed" for one that did not; either way it leaves the local count at
+/// the server's. `until` is when a grant that landed expires at the
+/// latest: how long the undo may keep trying if Redis does not answer.
+///
+/// The owner's state is taken at once, so no other call of the owner
+/// interleaves; if the returned future is dropped before it ran (its
+/// runtime ended), the hold is forgotten rather than left half-known.
+pub(in crate::lock) fn undo_grant(
+    shared: Arc<Shared>,
+    state: OwnedMutexGuard<HoldState>,
+    expected_after: u32,
+    lease: Duration,
+    until: Instant,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut settling = Settling(Some(state));
+    async move {
+        let Some(mut state) = settling.0.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            state.forget();
-            return;
-        }
-        let shared = self.shared.clone();
-        let expected_after = self.expected_after;
-        let lease = self.lease;
-        let after = self.after.take();
-        let until = self.until;
-        // Held by the task; if the task is dropped before the undo is sent
-        // (its runtime ended), the hold is forgotten, not left half-known.
-        let mut settling = Settling(Some(state));
-        let tasks = shared.client.tasks().clone();
-        tasks.detach(
-            "undoing a grant nobody took",
-            "the hold stays until its lease runs out",
-            async move {
-                if let Some(after) = after {
-                    after.settled().await;
-                }
-                let Some(mut state) = settling.0.take() else {
-                    return;
-                };
-                // The release script with the post-grant count undoes a
-                // grant that landed and answers "nothing changed" for one
-                // that did not; either way it leaves the local count at the
-                // server's.
-                state.undoing(expected_after);
-                let result = release_locked(&shared, state, lease, false, until).await;
-                tracing::debug!(lock = %shared.name, ?result, "rolled back a cancelled acquire");
-            },
-        );
+        state.undoing(expected_after);
+        let result = release_locked(&shared, state, lease, false, until).await;
+        tracing::debug!(lock = %shared.name, ?result, "undid a grant nobody took");
     }
+}
+
+/// [`undo_grant`], run in the client's background work.
+pub(in crate::lock) fn undo_grant_in_background(
+    shared: Arc<Shared>,
+    state: OwnedMutexGuard<HoldState>,
+    expected_after: u32,
+    lease: Duration,
+    until: Instant,
+) {
+    let tasks = shared.client.tasks().clone();
+    tasks.detach(
+        "undoing a grant nobody took",
+        "the hold stays until its lease runs out",
+        undo_grant(shared, state, expected_after, lease, until),
+    );
 }

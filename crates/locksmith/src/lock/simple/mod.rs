@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::renewal::Hold;
+use crate::engine::undo::{Armed, Undo};
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::lock::LockGuard;
@@ -209,12 +210,12 @@ impl SimpleLock {
     async fn attempt(&self, token: &str) -> Result<std::result::Result<LockGuard, Duration>> {
         self.shared.client.admit()?;
         let lease = self.lease();
-        let mut rollback = Undo {
-            lock: Some(self.clone()),
-            token: token.to_owned(),
-            release: false,
-            lost_before: false,
-        };
+        // Armed from the first send until the reply is read: a grant
+        // nobody read is undone by a compare-and-delete with this
+        // attempt's own token, which removes nothing else.
+        let undo = self.release_later(false, false);
+        let tasks = self.shared.client.tasks();
+        let mut armed = Armed::new(tasks, UNDOING, token.to_owned(), undo);
         let mut invocation = scripts::SIMPLE_ACQUIRE.prepare_invoke();
         invocation
             .key(&self.shared.name)
@@ -235,10 +236,17 @@ impl SimpleLock {
             {
                 Ok(reply) => break reply,
                 Err(e) if e.may_resend(attempt) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if attempt == 1 && !e.is_reply_lost() {
+                        // Redis answered the only send with an error:
+                        // nothing was granted.
+                        armed.disarm();
+                    }
+                    return Err(e);
+                }
             }
         };
-        rollback.lock = None;
+        armed.keep();
         if status != 1 {
             return Ok(Err(match u64::try_from(value) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
@@ -271,15 +279,24 @@ impl SimpleLock {
         token: String,
         lost_before: bool,
     ) -> Result<()> {
-        let mut pending = Undo {
-            lock: Some(self.clone()),
-            token,
-            release: true,
-            lost_before,
-        };
-        let result = self.release_token(&pending.token, false, lost_before).await;
-        pending.lock = None;
+        let finish = self.release_later(true, lost_before);
+        let tasks = self.shared.client.tasks();
+        let pending = Armed::new(tasks, RELEASING, token.clone(), finish);
+        let result = self.release_token(&token, false, lost_before).await;
+        pending.keep();
         result
+    }
+
+    /// A compare-and-delete of the armed token, sent from the background
+    /// (see [`SimpleLock::release_token`] for `resend` and `lost_before`).
+    fn release_later(&self, resend: bool, lost_before: bool) -> Undo<String> {
+        let lock = self.clone();
+        Arc::new(move |token| {
+            let lock = lock.clone();
+            Box::pin(async move {
+                let _ = lock.release_token(&token, resend, lost_before).await;
+            })
+        })
     }
 
     /// Compare-and-delete with `token` (used by [`LockGuard`]). `resend`
@@ -334,38 +351,14 @@ impl SimpleLock {
     }
 }
 
-/// A compare-and-delete of a token, sent from the background when the
-/// future that would have sent it (or read its grant) was dropped.
-struct Undo {
-    /// `Some` while armed.
-    lock: Option<SimpleLock>,
-    /// The token.
-    token: String,
-    /// Sent as a resend (a release whose first send may have landed) and
-    /// announced; otherwise the silent undo of a grant nobody read.
-    release: bool,
-    /// The lease was lost before the release started.
-    lost_before: bool,
-}
+/// What undoing a grant nobody read is, for a warning when it cannot run.
+const UNDOING: (&str, &str) = (
+    "undoing a grant nobody took",
+    "the lock stays until its lease runs out",
+);
 
-impl Drop for Undo {
-    fn drop(&mut self) {
-        let Some(lock) = self.lock.take() else {
-            return;
-        };
-        let token = std::mem::take(&mut self.token);
-        let (release, lost_before) = (self.release, self.lost_before);
-        let tasks = lock.shared.client.tasks().clone();
-        tasks.detach(
-            if release {
-                "releasing for a cancelled release call"
-            } else {
-                "undoing a grant nobody took"
-            },
-            "the lock stays until its lease runs out",
-            async move {
-                let _ = lock.release_token(&token, release, lost_before).await;
-            },
-        );
-    }
-}
+/// What finishing a dropped release is, for a warning when it cannot run.
+const RELEASING: (&str, &str) = (
+    "releasing for a cancelled release call",
+    "the lock stays until its lease runs out",
+);
