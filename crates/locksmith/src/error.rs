@@ -55,9 +55,10 @@ pub enum Error {
     /// Either way this owner no longer holds the lock. A client built with
     /// [`ClientBuilder::release_receipts`](crate::ClientBuilder::release_receipts)
     /// answers a final release (the owner's last hold) exactly instead:
-    /// `Ok` or [`Error::NotHeld`]. Releases of a lock, fair lock or
-    /// read-write lock answer this; not one whose lease had run out on
-    /// the server before it was first sent (that is `NotHeld`).
+    /// `Ok` or [`Error::NotHeld`]. Releases of a lock, fair lock,
+    /// read-write lock or simple lock answer this; not one whose lease
+    /// had run out on the server before it was first sent (that is
+    /// `NotHeld`).
     #[error("release of {name:?} is unconfirmed: its reply was lost and the resend found the hold gone (released by the first send, or already lost); this owner does not hold it either way")]
     Unconfirmed {
         /// The lock's name.

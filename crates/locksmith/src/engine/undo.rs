@@ -6,9 +6,13 @@
 //! and the undo itself. Kept ([`Armed::keep`]) or disarmed, nothing runs;
 //! dropped armed (the caller's future was dropped mid-call, or an error
 //! left the outcome unknown), the undo runs in the client's tracked
-//! background work, *after* the request it follows has settled (answered,
-//! or withdrawn unsent; see [`Armed::after`]), so it can never reach Redis
-//! ahead of what it undoes.
+//! background work. A caller whose request goes through a batcher tracks
+//! it ([`Armed::after`]): the undo then runs only once that request has
+//! settled (answered, or withdrawn unsent), so it can never reach Redis
+//! ahead of what it undoes. A request sent straight on the connection
+//! (the simple lock's) is untracked: its undo follows it on the same
+//! connection, which keeps the order, except where a layer below resends
+//! unseen (redis-rs's retries on a cluster after a dropped connection).
 //!
 //! The undo is keyed on the caller's state, not on the reply: the kinds
 //! whose undo needs the reply itself (giving back only what a request

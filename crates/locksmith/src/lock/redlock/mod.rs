@@ -1118,6 +1118,7 @@ async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: Can
         // A fixed lease: nothing to renew; only the set's closing ends it
         // early.
         tokio::select! {
+            biased;
             () = stop.cancelled() => {}
             () = &mut closed => state.mark_lost(),
             () = state.signal().wait() => {}
@@ -1126,6 +1127,9 @@ async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: Can
     }
     loop {
         tokio::select! {
+            // A released or dropped hold stops here first, before its
+            // release marks the lease lost.
+            biased;
             () = stop.cancelled() => return,
             () = &mut closed => {
                 // The set was closed: the hold is no longer renewed.
@@ -1259,6 +1263,12 @@ impl Holding for RedlockHold {
             });
         }
         Ok(())
+    }
+
+    /// A dropped guard whose hold was already lost (the set was closed,
+    /// the validity ran out) was warned about when it was lost.
+    fn worth_a_warning(error: &Error) -> bool {
+        !matches!(error, Error::NotHeld { .. })
     }
 }
 

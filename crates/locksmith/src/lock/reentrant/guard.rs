@@ -173,7 +173,13 @@ impl Holding for Holder {
                 token,
                 _registration: registration,
             } => {
-                let lost_before = registration.state().is_lost();
+                // Lost before the release by the same rule as the counted
+                // kinds: the lease had run out on the server (its local
+                // deadline plus the longest the server's expiry may come
+                // after it) before the first send.
+                let slack = lock.client().release_rules().expiry_slack;
+                let lost_before =
+                    registration.state().deadline() + slack <= tokio::time::Instant::now();
                 // The registration goes with this future: the lease is no
                 // longer renewed once the release has started.
                 lock.release_token_cancel_safe(token, lost_before).await

@@ -272,8 +272,8 @@ impl SimpleLock {
     }
 
     /// [`SimpleLock::release_token`], finished in the background if the
-    /// future is dropped mid-call (the compare-and-delete is safe to
-    /// resend: it only ever deletes this token's lock).
+    /// future is dropped mid-call or no answer came (the compare-and-delete
+    /// is safe to resend: it only ever deletes this token's lock).
     pub(crate) async fn release_token_cancel_safe(
         &self,
         token: String,
@@ -283,7 +283,15 @@ impl SimpleLock {
         let tasks = self.shared.client.tasks();
         let pending = Armed::new(tasks, RELEASING, token.clone(), finish);
         let result = self.release_token(&token, false, lost_before).await;
-        pending.keep();
+        match &result {
+            // No answer after the resends: dropping the armed release
+            // sends it once more from the background (the lease runs out
+            // on its own if that fails too).
+            Err(e) if e.is_reply_lost() => drop(pending),
+            _ => {
+                pending.keep();
+            }
+        }
         result
     }
 
