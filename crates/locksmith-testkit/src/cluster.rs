@@ -418,6 +418,92 @@ impl RedisCluster {
             .ok_or_else(|| format!("node {primary} has no running replica"))
     }
 
+    /// Moves the hash slot of `key` to the primary at index `to`, as
+    /// `redis-cli --cluster reshard` does, while clients keep using it:
+    /// `CLUSTER SETSLOT <slot> IMPORTING` on the target, `MIGRATING` on the
+    /// source, then the slot's keys in batches of `batch` with `MIGRATE`
+    /// (pausing `pause` between batches, so clients meet the slot half
+    /// moved and get `ASK` and `TRYAGAIN`), and finally `SETSLOT NODE` on
+    /// every primary (clients then get `MOVED`). Answers how many keys
+    /// moved. A no-op answering 0 when `to` already serves the slot.
+    ///
+    /// # Errors
+    /// When `to` is not a primary, or a node refuses a step; the error
+    /// names the step and the node.
+    pub fn migrate_slot(
+        &self,
+        key: &str,
+        to: usize,
+        batch: usize,
+        pause: Duration,
+    ) -> io::Result<usize> {
+        let from = self.node_for_key(key)?;
+        if from == to {
+            return Ok(0);
+        }
+        let primaries = self.primaries()?;
+        if !primaries.contains(&to) {
+            return Err(io::Error::other(format!("node {to} is not a primary")));
+        }
+        let source = self.nodes[from].addr();
+        let target = self.nodes[to].addr();
+        let slot: u16 = admin::query(&source, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+            .map_err(io::Error::other)?;
+        let setslot = |addr: &str, state: &str, id: &str| -> io::Result<()> {
+            admin::query::<String>(
+                addr,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(state)
+                    .arg(id),
+            )
+            .map(drop)
+            .map_err(|e| io::Error::other(format!("SETSLOT {slot} {state}: {e}")))
+        };
+        setslot(&target, "IMPORTING", &self.ids[from])?;
+        setslot(&source, "MIGRATING", &self.ids[to])?;
+        let (host, port) = target
+            .rsplit_once(':')
+            .ok_or_else(|| io::Error::other(format!("bad address {target}")))?;
+        let mut moved = 0;
+        loop {
+            let keys: Vec<Vec<u8>> = admin::query(
+                &source,
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(batch.max(1)),
+            )
+            .map_err(io::Error::other)?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg(host)
+                .arg(port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("REPLACE")
+                .arg("KEYS")
+                .arg(&keys);
+            admin::query::<String>(&source, &migrate)
+                .map_err(|e| io::Error::other(format!("MIGRATE of slot {slot}: {e}")))?;
+            moved += keys.len();
+            std::thread::sleep(pause);
+        }
+        // The target first, then the source, then everyone else (as
+        // redis-cli does), so no node ever points the slot nowhere.
+        setslot(&target, "NODE", &self.ids[to])?;
+        setslot(&source, "NODE", &self.ids[to])?;
+        for &p in primaries.iter().filter(|&&p| p != from && p != to) {
+            setslot(&self.nodes[p].addr(), "NODE", &self.ids[to])?;
+        }
+        Ok(moved)
+    }
+
     fn index_of(&self, id: &str) -> Option<usize> {
         self.ids.iter().position(|x| x == id)
     }

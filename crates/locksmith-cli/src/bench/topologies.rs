@@ -232,6 +232,18 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
             ),
         ));
     }
+    for (label, off, phase) in &waits {
+        // Replica acks cost one WAIT per round trip: on a cluster a round
+        // trip to each node carries every slot bound for it.
+        let want = if *label == "cluster" { 0.5 } else { 0.8 };
+        targets.push((
+            phase.rate() >= want * off,
+            format!(
+                "{label} with replica acks on >= {want}x acks off: {:.2}x",
+                phase.rate() / off.max(1e-9)
+            ),
+        ));
+    }
     for row in &rows[1..] {
         // Command counts vary by a few hundredths from run to run (how
         // often a waiter re-checks); 0.05 per acquisition is that noise.

@@ -54,7 +54,7 @@ use tokio::sync::oneshot;
 use crate::engine::conn::Acks;
 use crate::engine::scripts::Lua;
 use crate::engine::task::Tasks;
-use crate::engine::topology::Conn;
+use crate::engine::topology::{Conn, Destination};
 
 /// Calls one batcher keeps outstanding before it holds requests back to
 /// grow the next batch.
@@ -207,11 +207,12 @@ struct Queue {
 /// Coalesces calls of one batch script: one queue for a single server or
 /// Sentinel, one per hash slot on a cluster.
 pub(crate) struct Batcher {
-    /// The queue of a non-cluster connection (and the template per-slot
+    /// The queue of a non-cluster connection (and the template per-node
     /// queues are made from).
     shared: Arc<Shared>,
-    /// Per-slot queues on a cluster; `None` elsewhere.
-    slots: Option<Mutex<HashMap<Slot, Arc<Shared>>>>,
+    /// Per-node queues on a cluster (per slot while a slot's node is not
+    /// known); `None` elsewhere.
+    queues: Option<Mutex<HashMap<Destination, Arc<Shared>>>>,
 }
 
 /// The parts of a [`Batcher`] that outlive a caller.
@@ -247,7 +248,7 @@ impl Batcher {
         acks: Acks,
         tasks: Tasks,
     ) -> Self {
-        let slots = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
+        let queues = conn.is_cluster().then(|| Mutex::new(HashMap::new()));
         Batcher {
             shared: Arc::new(Shared {
                 script,
@@ -256,7 +257,7 @@ impl Batcher {
                 acks,
                 tasks,
             }),
-            slots,
+            queues,
         }
     }
 
@@ -265,16 +266,17 @@ impl Batcher {
         &self.shared.tasks
     }
 
-    /// The queue `call` belongs in: its slot's on a cluster.
+    /// The queue `call` belongs in: on a cluster, its node's (its slot's
+    /// while the node is not known).
     fn queue_for(&self, call: &Call) -> Arc<Shared> {
-        let Some(slots) = &self.slots else {
+        let Some(queues) = &self.queues else {
             return self.shared.clone();
         };
-        let slot = Slot::for_key(call.first_key());
-        slots
+        let destination = self.shared.conn.destination_of(call.first_key());
+        queues
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(slot)
+            .entry(destination)
             .or_insert_with(|| {
                 Arc::new(Shared {
                     script: self.shared.script,
@@ -457,57 +459,97 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One script call for `batch`; hands every request its reply.
-    ///
-    /// The `EVALSHA` command is built in one buffer straight from the
-    /// requests' arguments and run by [`Lua::run`] (which reloads the
-    /// script on `NOSCRIPT` and never resends a script that is not
-    /// idempotent).
+    /// Sends `batch`: one script call, or on a cluster, where a call's
+    /// keys must share one slot, one call per slot, pipelined to their
+    /// node with one `WAIT` after them all ([`Lua::run_pipelined`]).
     async fn send(&self, batch: Vec<Request>) {
+        metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
+        if !self.conn.is_cluster() {
+            return self.send_one(batch).await;
+        }
+        let mut by_slot: Vec<(Slot, Vec<Request>)> = Vec::new();
+        for request in batch {
+            let slot = Slot::for_key(request.call.first_key());
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, requests)) => requests.push(request),
+                None => by_slot.push((slot, vec![request])),
+            }
+        }
+        if by_slot.len() == 1 {
+            let (_, batch) = by_slot.remove(0);
+            return self.send_one(batch).await;
+        }
+        let calls = by_slot
+            .iter()
+            .map(|(slot, requests)| (*slot, self.command(requests)))
+            .collect();
+        let replies = self
+            .script
+            .run_pipelined(&self.conn, calls, self.acks)
+            .await;
+        for ((_, requests), reply) in by_slot.into_iter().zip(replies) {
+            deliver(requests, reply);
+        }
+    }
+
+    /// The `EVALSHA` of `batch`, built in one buffer straight from the
+    /// requests' arguments.
+    fn command(&self, batch: &[Request]) -> redis::Cmd {
         let keys: usize = batch.iter().map(|r| r.call.keys).sum();
         let mut cmd = self.script.evalsha(keys);
-        for request in &batch {
+        for request in batch {
             for key in request.call.keys() {
                 key.write(&mut cmd);
             }
         }
-        for request in &batch {
+        for request in batch {
             for arg in request.call.args() {
                 arg.write(&mut cmd);
             }
         }
-        metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
-        let reply = self
-            .script
-            .run(&self.conn, &cmd, self.acks)
-            .await
-            .and_then(|(value, acked)| Ok((redis::from_redis_value::<Vec<Value>>(value)?, acked)));
-        match reply {
-            Ok((replies, acked)) if replies.len() == batch.len() => {
-                for (request, reply) in batch.into_iter().zip(replies) {
-                    if let Err(Ok((reply, _))) = request.reply.send(Ok((reply, acked))) {
-                        if let Some(undo) = &request.undo {
-                            run_undo(undo, Some(reply));
-                        }
+        cmd
+    }
+
+    /// One script call for `batch`; hands every request its reply.
+    ///
+    /// The call is run by [`Lua::run`] (which reloads the script on
+    /// `NOSCRIPT` and never resends a script that is not idempotent).
+    async fn send_one(&self, batch: Vec<Request>) {
+        let cmd = self.command(&batch);
+        let reply = self.script.run(&self.conn, &cmd, self.acks).await;
+        deliver(batch, reply);
+    }
+}
+
+/// Hands every request of `batch` its element of the script's `reply`.
+fn deliver(batch: Vec<Request>, reply: RedisResult<(Value, Option<u32>)>) {
+    let reply =
+        reply.and_then(|(value, acked)| Ok((redis::from_redis_value::<Vec<Value>>(value)?, acked)));
+    match reply {
+        Ok((replies, acked)) if replies.len() == batch.len() => {
+            for (request, reply) in batch.into_iter().zip(replies) {
+                if let Err(Ok((reply, _))) = request.reply.send(Ok((reply, acked))) {
+                    if let Some(undo) = &request.undo {
+                        run_undo(undo, Some(reply));
                     }
                 }
             }
-            Ok((replies, _)) => {
-                let err = RedisError::from(std::io::Error::other(format!(
-                    "batch script answered {} replies for {} requests",
-                    replies.len(),
-                    batch.len()
-                )));
-                for request in batch {
-                    let _ = request.reply.send(Err(err.clone()));
-                }
+        }
+        Ok((replies, _)) => {
+            let err = RedisError::from(std::io::Error::other(format!(
+                "batch script answered {} replies for {} requests",
+                replies.len(),
+                batch.len()
+            )));
+            for request in batch {
+                let _ = request.reply.send(Err(err.clone()));
             }
-            Err(err) => {
-                for request in batch {
-                    if request.reply.send(Err(err.clone())).is_err() {
-                        if let Some(undo) = &request.undo {
-                            run_undo(undo, None);
-                        }
+        }
+        Err(err) => {
+            for request in batch {
+                if request.reply.send(Err(err.clone())).is_err() {
+                    if let Some(undo) = &request.undo {
+                        run_undo(undo, None);
                     }
                 }
             }

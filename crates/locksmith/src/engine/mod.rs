@@ -15,6 +15,7 @@ pub(crate) mod held;
 pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod nodes;
 pub(crate) mod notify;
 pub(crate) mod observe;
 pub(crate) mod renewal;

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
+use redis::cluster_routing::Slot;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -397,13 +398,13 @@ async fn run(shared: Weak<Shared>, conn: Conn, acks: Acks) {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(wake_at);
         }
-        // One call per script, and per slot on a cluster (a script's keys
-        // must share one).
+        // One round trip per script and node: one call per slot on a
+        // cluster (a script's keys must share one), pipelined.
         let mut groups: HashMap<_, Vec<Due>> = HashMap::new();
         for due in batch {
             let script: *const LazyLock<Lua> = due.script;
             groups
-                .entry((script as usize, conn.group_of(&due.key)))
+                .entry((script as usize, conn.destination_of(&due.key)))
                 .or_default()
                 .push(due);
         }
@@ -443,19 +444,53 @@ struct Due {
     generation: u64,
 }
 
-/// Sends one renewal call and applies its answers.
+/// Sends one renewal round trip (one call per slot on a cluster) and
+/// applies its answers.
 async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Due>) {
     // A group shares one script.
     let script = batch[0].script;
-    let mut cmd = script.evalsha(batch.len());
-    for due in &batch {
-        cmd.arg(&*due.key);
+    let mut by_slot: Vec<(Option<Slot>, Vec<Due>)> = Vec::new();
+    for due in batch {
+        let slot = conn.group_of(&due.key);
+        match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, dues)) => dues.push(due),
+            None => by_slot.push((slot, vec![due])),
+        }
     }
-    for due in &batch {
-        cmd.arg(&*due.owner).arg(due.lease.as_millis() as u64);
-    }
+    let command = |batch: &[Due]| {
+        let mut cmd = script.evalsha(batch.len());
+        for due in batch {
+            cmd.arg(&*due.key);
+        }
+        for due in batch {
+            cmd.arg(&*due.owner).arg(due.lease.as_millis() as u64);
+        }
+        cmd
+    };
     let sent_at = Instant::now();
-    let reply = script.run(&conn, &cmd, acks).await;
+    let replies = match by_slot.as_slice() {
+        [(_, batch)] => vec![script.run(&conn, &command(batch), acks).await],
+        _ => {
+            let calls = by_slot
+                .iter()
+                .map(|(slot, batch)| (slot.unwrap_or_else(|| Slot::for_key("")), command(batch)))
+                .collect();
+            script.run_pipelined(&conn, calls, acks).await
+        }
+    };
+    for ((_, batch), reply) in by_slot.into_iter().zip(replies) {
+        apply(&shared, batch, reply, acks, sent_at);
+    }
+}
+
+/// Applies the answers of one renewal call sent at `sent_at`.
+fn apply(
+    shared: &Weak<Shared>,
+    batch: Vec<Due>,
+    reply: redis::RedisResult<(redis::Value, Option<u32>)>,
+    acks: Acks,
+    sent_at: Instant,
+) {
     // A renewal too few replicas saw would not survive a failover: it does
     // not count, and is retried like a failed call.
     let reply: redis::RedisResult<Vec<i64>> = match reply {

@@ -9,11 +9,13 @@
 //! answer loads the script and sends the call again.
 
 use std::ops::Deref;
+use std::time::Duration;
 
-use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
+use redis::cluster_routing::Slot;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::engine::conn::Acks;
-use crate::engine::topology::Conn;
+use crate::engine::topology::{did_not_run, Conn};
 
 /// `next_token(key)`: the fencing-token helper every script starts with.
 pub(crate) const TOKEN: &str = include_str!("token.lua");
@@ -30,6 +32,13 @@ pub(crate) const HOLDS: &str = include_str!("holds.lua");
 /// `leave_receipt(key, field, token, ttl)` and `gone_answer(key, field,
 /// expected, token)`: the release receipts of `engine::hold`.
 pub(crate) const RECEIPT: &str = include_str!("receipt.lua");
+
+/// A script's reply and, with `WAIT`, how many replicas acknowledged.
+pub(crate) type Answer = RedisResult<(Value, Option<u32>)>;
+
+/// Sends of one [`Lua::run`] on a cluster while the answers prove the call
+/// did not run.
+const RUN_SENDS: u32 = 7;
 
 /// A composed script: its name (the file it was made from), its whole
 /// source, and the `Script` that sends it by SHA.
@@ -116,7 +125,37 @@ impl Lua {
     /// more after loading the script if the server does not know it
     /// (`NOSCRIPT`: restarted, flushed; the call did not run). Answers the
     /// reply and, with `WAIT`, how many replicas acknowledged.
+    ///
+    /// On a cluster, an answer that proves the call did not run and
+    /// outlasted the connection's own redirects (a slot being migrated
+    /// answers `TRYAGAIN` to a script whose keys it holds only some of,
+    /// until the rest has moved; a node being failed over refuses) is sent
+    /// again after a pause, doubling from 20 ms, up to [`RUN_SENDS`] sends
+    /// (about 1.3 s in all).
     pub(crate) async fn run(
+        &self,
+        conn: &Conn,
+        cmd: &Cmd,
+        acks: Acks,
+    ) -> RedisResult<(Value, Option<u32>)> {
+        let mut pause = Duration::from_millis(20);
+        let mut sends = 0;
+        loop {
+            sends += 1;
+            let reply = self.run_once(conn, cmd, acks).await;
+            match &reply {
+                Err(e) if conn.is_cluster() && sends < RUN_SENDS && did_not_run(e) => {
+                    tracing::debug!(error = %e, "the cluster did not run the call; sending it again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                _ => return reply,
+            }
+        }
+    }
+
+    /// One [`Lua::run`] send (and its reload on `NOSCRIPT`).
+    async fn run_once(
         &self,
         conn: &Conn,
         cmd: &Cmd,
@@ -141,6 +180,104 @@ impl Lua {
             };
         }
         reply
+    }
+
+    /// Several calls of this script bound for one cluster node, each with
+    /// the keys of one slot (`calls`: the slot and the `EVALSHA`): sent as
+    /// one pipeline, followed by one `WAIT` when `acks` asks for replicas
+    /// (as [`Lua::run`]), to the node redis-rs has for the first call's
+    /// slot. Answers one result per call, in order; with `WAIT`, its count
+    /// goes with every call.
+    ///
+    /// A call the node proves it did not run (`MOVED`, `ASK`, `TRYAGAIN`,
+    /// `NOSCRIPT`, ...; or the whole round trip refused) is sent again on
+    /// its own through [`Lua::run`], which follows the cluster's redirects
+    /// and loads the script: safe even for a script that is not idempotent,
+    /// as the first send did not run. A `MOVED` also reloads the client's
+    /// view of the nodes. Any other error of the round trip fails every
+    /// call, as a single call's would.
+    pub(crate) async fn run_pipelined(
+        &self,
+        conn: &Conn,
+        calls: Vec<(Slot, Cmd)>,
+        acks: Acks,
+    ) -> Vec<Answer> {
+        let Some(cluster) = conn.cluster() else {
+            // Not a cluster: nothing to group.
+            let mut results = Vec::with_capacity(calls.len());
+            for (_, cmd) in &calls {
+                results.push(self.run(conn, cmd, acks).await);
+            }
+            return results;
+        };
+        let Some(&(first, _)) = calls.first() else {
+            return Vec::new();
+        };
+        let acks = if self.unacked { Acks::default() } else { acks };
+        let mut pipeline = redis::pipe();
+        for (_, cmd) in &calls {
+            pipeline.add_command(cmd.clone());
+        }
+        let waits = acks.min > 0;
+        if waits {
+            pipeline
+                .cmd("WAIT")
+                .arg(acks.min)
+                .arg(acks.timeout.as_millis() as u64);
+        }
+        let count = calls.len() + usize::from(waits);
+        let replies = match cluster.pipeline_to(first, pipeline, count, self.once).await {
+            Ok(replies) if replies.len() == count => replies,
+            Ok(replies) => {
+                let e = RedisError::from(std::io::Error::other(format!(
+                    "a pipeline of {count} commands got {} replies",
+                    replies.len()
+                )));
+                return calls.iter().map(|_| Err(e.clone())).collect();
+            }
+            Err(e) if did_not_run(&e) => {
+                let resends = calls.iter().map(|(_, cmd)| self.run(conn, cmd, acks));
+                return futures_util::future::join_all(resends).await;
+            }
+            Err(e) => return calls.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let mut replies = replies.into_iter();
+        let answers: Vec<Value> = replies.by_ref().take(calls.len()).collect();
+        // A WAIT that failed counts no replica: the callers treat their
+        // writes as not acknowledged.
+        let acked = waits.then(|| match replies.next() {
+            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            _ => 0,
+        });
+        let mut results: Vec<Option<Answer>> = Vec::new();
+        let mut again = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer.extract_error() {
+                Ok(value) => results.push(Some(Ok((value, acked)))),
+                Err(e)
+                    if did_not_run(&e)
+                        || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::Moved) {
+                        cluster.moved();
+                    }
+                    results.push(None);
+                    again.push(i);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        if !again.is_empty() {
+            let resends = again.iter().map(|&i| self.run(conn, &calls[i].1, acks));
+            let resent = futures_util::future::join_all(resends).await;
+            for (i, result) in again.into_iter().zip(resent) {
+                results[i] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(RedisError::from(std::io::Error::other("no answer")))))
+            .collect()
     }
 
     /// The script's name: the path of its file under `src/`, without

@@ -28,6 +28,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::engine::conn::{Acks, Timing};
+use crate::engine::nodes::{self, NodeMap};
 use crate::engine::security::{is_tls_url, redact, Credentials, Security};
 use tokio::sync::watch;
 
@@ -366,6 +367,42 @@ impl Conn {
     pub(crate) fn group_of(&self, key: &str) -> Option<Slot> {
         self.is_cluster().then(|| Slot::for_key(key))
     }
+
+    /// Where a batcher queues a key's requests (see [`Destination`]).
+    pub(crate) fn destination_of(&self, key: &str) -> Destination {
+        match self {
+            Conn::Cluster(c) => {
+                let slot = Slot::for_key(key);
+                match c.node_of(slot) {
+                    Some(node) => Destination::Node(node),
+                    None => Destination::Slot(slot),
+                }
+            }
+            _ => Destination::One,
+        }
+    }
+
+    /// The cluster connection, on a cluster.
+    pub(crate) fn cluster(&self) -> Option<&ClusterConn> {
+        match self {
+            Conn::Cluster(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// Where a batcher queues a key's requests: one queue on a single server
+/// or behind Sentinel; on a cluster, the queue of the primary serving the
+/// key's slot (requests of several slots travel together, see
+/// `engine::nodes`), or of the slot itself while that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Destination {
+    /// The one server.
+    One,
+    /// A cluster primary, as `host:port`.
+    Node(Arc<str>),
+    /// A cluster slot whose primary is not known yet.
+    Slot(Slot),
 }
 
 /// Connects to `address`; the first connection must succeed within about
@@ -405,11 +442,14 @@ pub(crate) async fn connect(
                     .get_async_connection()
                     .await
                     .map_err(fail)?;
-                Ok(Conn::Cluster(ClusterConn {
+                let conn = ClusterConn {
                     retrying,
                     once,
                     at_most_once: false,
-                }))
+                    nodes: Arc::default(),
+                };
+                conn.refresh_nodes();
+                Ok(Conn::Cluster(conn))
             }
         }
     };
@@ -488,6 +528,8 @@ pub(crate) struct ClusterConn {
     once: ClusterConnection,
     /// Which of the two this handle sends on.
     at_most_once: bool,
+    /// Which node serves which slot, for grouping calls by node.
+    nodes: Arc<NodeMap>,
 }
 
 /// Sends per at-most-once command: the first, then redirects followed.
@@ -520,7 +562,82 @@ fn not_run(e: &redis::RedisError) -> Option<Option<(String, u16)>> {
     }
 }
 
+/// True when `e` proves a command sent to a cluster did not run (a
+/// redirect, a refusal, a node not served yet; see [`ClusterConn`]).
+pub(crate) fn did_not_run(e: &redis::RedisError) -> bool {
+    not_run(e).is_some()
+}
+
 impl ClusterConn {
+    /// The primary serving `slot` as this client last saw it (see
+    /// `engine::nodes`); reloads the view in the background when it is
+    /// old.
+    pub(crate) fn node_of(&self, slot: Slot) -> Option<Arc<str>> {
+        if self.nodes.older_than(nodes::REFRESH_EVERY) {
+            self.refresh_nodes();
+        }
+        self.nodes.node_of(slot)
+    }
+
+    /// A call was answered `MOVED`: the view of the nodes is reloaded
+    /// (unless it just was).
+    pub(crate) fn moved(&self) {
+        if self.nodes.older_than(nodes::REFRESH_AFTER_MOVED) {
+            self.refresh_nodes();
+        }
+    }
+
+    /// Reloads the view of the nodes in the background (one reload at a
+    /// time; nothing outside a runtime).
+    fn refresh_nodes(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.nodes.start_loading() {
+            return;
+        }
+        let mut conn = self.retrying.clone();
+        let nodes = self.nodes.clone();
+        runtime.spawn(async move {
+            let route = redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::RandomPrimary,
+            );
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            let reply = conn.route_command(cmd, route).await;
+            if let Err(e) = &reply {
+                tracing::debug!(error = %e, "reading the cluster's slots failed; calls go by slot meanwhile");
+            }
+            nodes.loaded(reply.ok());
+        });
+    }
+
+    /// Sends the first `count` commands of `pipeline` in one round trip to
+    /// the primary redis-rs has for `slot`, on the connection that never
+    /// resends when `once`. Each command's own error comes back as its
+    /// reply (`Value::ServerError`); an error of the whole round trip as
+    /// `Err`.
+    pub(crate) async fn pipeline_to(
+        &self,
+        slot: Slot,
+        pipeline: Pipeline,
+        count: usize,
+        once: bool,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let mut conn = if once {
+            self.once.clone()
+        } else {
+            self.retrying.clone()
+        };
+        let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+            redis::cluster_routing::Route::with_slot(
+                slot,
+                redis::cluster_routing::SlotAddr::Master,
+            ),
+        );
+        conn.route_pipeline(pipeline, 0, count, route).await
+    }
+
     /// Sends `payload` on the at-most-once connection, following redirects
     /// that prove it did not run.
     async fn once(&self, payload: Payload<'_>) -> redis::RedisResult<Vec<Value>> {
