@@ -464,9 +464,18 @@ impl Shared {
     /// node with one `WAIT` after them all ([`Lua::run_pipelined`]).
     async fn send(&self, batch: Vec<Request>) {
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
-        if !self.conn.is_cluster() {
-            return self.send_one(batch).await;
+        if self.conn.is_cluster() {
+            // Boxed: the pipelined path's future is large, and every
+            // caller's future holds this one (a lone request is sent
+            // inline), so it would make every call's future larger.
+            Box::pin(self.send_by_slot(batch)).await;
+        } else {
+            self.send_one(batch).await;
         }
+    }
+
+    /// [`Shared::send`] on a cluster: one call per slot, pipelined.
+    async fn send_by_slot(&self, batch: Vec<Request>) {
         let mut by_slot: Vec<(Slot, Vec<Request>)> = Vec::new();
         for request in batch {
             let slot = Slot::for_key(request.call.first_key());
