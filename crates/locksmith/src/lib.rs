@@ -29,7 +29,8 @@
 //! - `engine/`: `conn.rs` (the connection layer's leaf types),
 //!   `topology.rs` (single server, Sentinel, Cluster; the URL forms),
 //!   `security.rs` (TLS, credentials), `batch.rs` (coalesced script
-//!   calls, per slot on a cluster), `acquire.rs` (one acquire request:
+//!   calls, grouped by node on a cluster; `nodes.rs`: which node serves
+//!   which slot), `acquire.rs` (one acquire request:
 //!   send, resend, undo; the wait entry; the three wait methods),
 //!   `undo.rs` (undo on drop, after the request it follows settled),
 //!   `hold.rs` (a counted hold and the release core), `held.rs` (the hold

@@ -18,12 +18,14 @@
 //! by themselves, and a lone request never waits for company.
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
-//! a single Redis or behind Sentinel. On a Redis Cluster a script's keys
-//! must also share one hash slot, so a [`Batcher`] keeps one queue per slot
-//! (created on first use) and a call only ever carries requests of one
-//! slot. A call answered `MOVED` or `ASK` (the slot moved mid-batch) is
-//! resent to the new owner by the cluster connection; that answer proves
-//! the call did not run. A call whose reply was lost is resent only for
+//! a single Redis or behind Sentinel. On a Redis Cluster a [`Batcher`]
+//! keeps one queue per primary (by the client's view of the slots, see
+//! `engine::nodes`; per slot while a slot's primary is not known). A
+//! script's keys must share one hash slot, so a batch is sent as one call
+//! per slot, all pipelined to the node in one round trip with one `WAIT`
+//! after them (`Lua::run_pipelined`). A call answered `MOVED` or `ASK`
+//! (the slot moved) is sent again on its own, and the cluster connection
+//! takes it to the new owner; that answer proves the call did not run. A call whose reply was lost is resent only for
 //! scripts idempotent per request; the others (marked `once` in the
 //! catalogue) are sent at most once (see `Lua::run`).
 //!

@@ -32,7 +32,8 @@ const MAX_BATCH: usize = 512;
 /// hold (KEYS: the hold's key; ARGV: its owner as the kind records it, the
 /// lease in milliseconds; answers 1 renewed, 0 no longer held), built on
 /// `each_hold` (`engine/holds.lua`). The kind registers it with each hold;
-/// holds due together share one call per script (and per slot).
+/// holds due together share one call per script (per slot on a cluster,
+/// the slots of one node in one round trip).
 pub(crate) type RenewScript = &'static LazyLock<Lua>;
 
 /// What the watchdog needs to know about one hold.
