@@ -861,13 +861,17 @@ impl Client {
 
     /// Runs `attempt`, an acquire of a `kind` object called `name`, with
     /// its span, metrics and outcome recorded (see `observe::acquire`).
-    pub(crate) async fn observed<T: crate::engine::observe::Grant>(
+    pub(crate) fn observed<T, F>(
         &self,
         kind: &'static str,
         name: &str,
-        attempt: impl std::future::Future<Output = Result<Option<T>>>,
-    ) -> Result<Option<T>> {
-        crate::engine::observe::acquire(&self.labels(kind, name), name, attempt).await
+        attempt: F,
+    ) -> impl std::future::Future<Output = Result<Option<T>>>
+    where
+        T: crate::engine::observe::Grant,
+        F: std::future::Future<Output = Result<Option<T>>>,
+    {
+        crate::engine::observe::acquire(self.labels(kind, name), name, attempt)
     }
 
     /// Metric labels for one object of this client: its kind, and its name

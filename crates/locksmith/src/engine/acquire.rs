@@ -297,14 +297,14 @@ macro_rules! wait_methods {
     (
         observed($kind:literal) $core:ident() -> $out:ty: $($rest:tt)*
     ) => {
-        async fn observed_core(
+        // Not an `async fn`: that would hold the core's future twice.
+        fn observed_core(
             &self,
             wait: Option<std::time::Duration>,
-        ) -> $crate::error::Result<Option<$out>> {
+        ) -> impl std::future::Future<Output = $crate::error::Result<Option<$out>>> + '_ {
             self.shared
                 .client
                 .observed($kind, self.name(), self.$core(wait))
-                .await
         }
 
         $crate::engine::acquire::wait_methods! { observed_core() -> $out: $($rest)* }

@@ -9,6 +9,8 @@
 //! for it) and its failure logged.
 
 use std::future::Future;
+
+use futures_util::future::Either;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,18 +84,16 @@ impl<H: Holding, L> Held<H, L> {
         self.token.unwrap_or(0)
     }
 
-    /// Gives the hold back and records the outcome.
-    pub(crate) async fn release(mut self) -> Result<()> {
-        let holding = self.holding.take();
-        let release = async move {
-            match holding {
-                Some(holding) => holding.release().await,
-                None => Ok(()),
-            }
+    /// Gives the hold back and records the outcome. (A combinator, not an
+    /// `async fn`, so the release's future is held once.)
+    pub(crate) fn release(mut self) -> impl Future<Output = Result<()>> {
+        let release = match self.holding.take() {
+            Some(holding) => Either::Left(holding.release()),
+            None => Either::Right(std::future::ready(Ok(()))),
         };
         match self.metrics.take() {
-            Some(metrics) => metrics.release(self.token, release).await,
-            None => release.await,
+            Some(metrics) => Either::Left(metrics.release(self.token, release)),
+            None => Either::Right(release),
         }
     }
 

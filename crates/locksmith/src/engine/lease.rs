@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Allowance for the server's clock running faster than ours and for the
-/// time the grant took to reach Redis: `lease * 1% + 2 ms`, the allowance of the Redlock paper.
+/// time the grant took to reach Redis: `lease * 1% + 2 ms`, the clock-drift
+/// allowance of the multi-node algorithm in Redis's documentation.
 pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }

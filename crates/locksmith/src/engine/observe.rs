@@ -29,6 +29,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -83,11 +84,15 @@ pub(crate) trait Grant {
 
 /// Runs an acquire `attempt` with its span, its waiter gauge and its
 /// counters. A dropped future counts as `cancelled`.
-pub(crate) async fn acquire<T: Grant>(
-    labels: &Labels,
+///
+/// A combinator rather than an `async fn`: an `async fn` keeps its
+/// argument's slot beside the future it awaits, so each such layer would
+/// hold the whole acquire twice, and every caller's future holds this one.
+pub(crate) fn acquire<T: Grant, F: Future<Output = Result<Option<T>>>>(
+    labels: Labels,
     name: &str,
-    attempt: impl Future<Output = Result<Option<T>>>,
-) -> Result<Option<T>> {
+    attempt: F,
+) -> impl Future<Output = Result<Option<T>>> {
     let span = tracing::debug_span!(
         "locksmith.acquire",
         kind = labels.kind,
@@ -96,39 +101,50 @@ pub(crate) async fn acquire<T: Grant>(
         wait_ms = tracing::field::Empty,
         token = tracing::field::Empty,
     );
-    let started = Instant::now();
+    metrics::gauge!("locksmith_waiters", labels.with(None)).increment(1.0);
     let mut waiting = Waiting {
         labels,
         outcome: "cancelled",
+        started: Instant::now(),
+        span: span.clone(),
     };
-    metrics::gauge!("locksmith_waiters", labels.with(None)).increment(1.0);
-    let result = attempt.instrument(span.clone()).await;
-    let waited = started.elapsed();
-    waiting.outcome = match &result {
-        Ok(Some(grant)) => {
-            metrics::histogram!("locksmith_acquire_wait_seconds", labels.with(None))
-                .record(waited.as_secs_f64());
-            if let Some(token) = grant.token() {
-                span.record("token", token);
-            }
-            "granted"
-        }
-        Ok(None) => "timeout",
-        Err(_) => "error",
-    };
-    span.record("outcome", waiting.outcome);
-    span.record("wait_ms", waited.as_secs_f64() * 1e3);
-    result
+    attempt.instrument(span).map(move |result| {
+        waiting.finished(&result);
+        result
+    })
 }
 
 /// The waiter gauge and outcome counter of one acquire, settled on drop
 /// (so a cancelled acquire is counted too).
-struct Waiting<'a> {
-    labels: &'a Labels,
+struct Waiting {
+    labels: Labels,
     outcome: &'static str,
+    started: Instant,
+    span: tracing::Span,
 }
 
-impl Drop for Waiting<'_> {
+impl Waiting {
+    /// Records how the acquire ended (the counters follow on drop).
+    fn finished<T: Grant>(&mut self, result: &Result<Option<T>>) {
+        let waited = self.started.elapsed();
+        self.outcome = match result {
+            Ok(Some(grant)) => {
+                metrics::histogram!("locksmith_acquire_wait_seconds", self.labels.with(None))
+                    .record(waited.as_secs_f64());
+                if let Some(token) = grant.token() {
+                    self.span.record("token", token);
+                }
+                "granted"
+            }
+            Ok(None) => "timeout",
+            Err(_) => "error",
+        };
+        self.span.record("outcome", self.outcome);
+        self.span.record("wait_ms", waited.as_secs_f64() * 1e3);
+    }
+}
+
+impl Drop for Waiting {
     fn drop(&mut self) {
         metrics::gauge!("locksmith_waiters", self.labels.with(None)).decrement(1.0);
         metrics::counter!(
@@ -162,12 +178,13 @@ impl Hold {
     }
 
     /// Runs `release` in a `locksmith.release` span (kind, name, token,
-    /// outcome, hold time) and records its result.
-    pub(crate) async fn release<T>(
+    /// outcome, hold time) and records its result. A combinator, for the
+    /// reason [`acquire`] is one.
+    pub(crate) fn release<T>(
         self,
         token: Option<u64>,
         release: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
+    ) -> impl Future<Output = Result<T>> {
         let span = tracing::debug_span!(
             "locksmith.release",
             kind = self.labels.kind,
@@ -179,16 +196,18 @@ impl Hold {
         if let Some(token) = token {
             span.record("token", token);
         }
-        let result = release.instrument(span.clone()).await;
-        span.record(
-            "outcome",
-            match &result {
-                Ok(_) => "ok",
-                Err(e) => release_outcome(e),
-            },
-        );
-        self.released(&result);
-        result
+        let recording = span.clone();
+        release.instrument(span).map(move |result| {
+            recording.record(
+                "outcome",
+                match &result {
+                    Ok(_) => "ok",
+                    Err(e) => release_outcome(e),
+                },
+            );
+            self.released(&result);
+            result
+        })
     }
 
     /// Records a hold kept on purpose: no release.

@@ -173,11 +173,15 @@ impl Lua {
             metrics::counter!("locksmith_script_reloads_total").increment(1);
             // Loading is idempotent: the connection that resends may do it
             // (on a cluster it goes to every primary).
-            let mut loading = conn.clone();
-            reply = match self.script.load_async(&mut loading).await {
-                Ok(_) => acks.query(cmd, &mut sending).await,
-                Err(e) => Err(e),
-            };
+            // Boxed: a rare path, kept out of every call's future.
+            reply = Box::pin(async {
+                let mut loading = conn.clone();
+                match self.script.load_async(&mut loading).await {
+                    Ok(_) => acks.query(cmd, &mut sending).await,
+                    Err(e) => Err(e),
+                }
+            })
+            .await;
         }
         reply
     }

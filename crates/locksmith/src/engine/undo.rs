@@ -10,7 +10,7 @@
 //! it ([`Armed::after`]): the undo then runs only once that request has
 //! settled (answered, or withdrawn unsent), so it can never reach Redis
 //! ahead of what it undoes. A request sent straight on the connection
-//! (the simple lock's) is untracked: its undo follows it on the same
+//! is untracked: its undo follows it on the same
 //! connection, which keeps the order, except where a layer below resends
 //! unseen (redis-rs's retries on a cluster after a dropped connection).
 //!

@@ -188,7 +188,7 @@ impl CountDownLatch {
     /// [`NotifyHub::wait_on`]: crate::engine::notify::NotifyHub::wait_on
     async fn wait_within(&self, timeout: Option<Duration>) -> Result<bool> {
         let labels = self.shared.client.labels("latch", self.name());
-        let waited = crate::engine::observe::acquire(&labels, self.name(), async {
+        let waited = crate::engine::observe::acquire(labels, self.name(), async {
             Ok(self.wait_inner(timeout).await?.then_some(Opened))
         })
         .await?;

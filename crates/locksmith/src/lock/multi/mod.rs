@@ -298,7 +298,7 @@ impl MultiLock {
     ) -> Result<Option<MultiGuard>> {
         let first = &self.members[0];
         let labels = first.client().labels("multi-lock", first.name());
-        crate::engine::observe::acquire(&labels, first.name(), self.acquire_inner(wait, cancel))
+        crate::engine::observe::acquire(labels, first.name(), self.acquire_inner(wait, cancel))
             .await
     }
 

@@ -1076,8 +1076,7 @@ impl Redlock {
             self.name(),
             self.nodes.inner.metric_names,
         );
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(wait, cancel))
-            .await
+        crate::engine::observe::acquire(labels, self.name(), self.acquire_inner(wait, cancel)).await
     }
 }
 

@@ -376,9 +376,11 @@ impl Lock {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        let waiter = hub
-            .register(channel, crate::engine::notify::wake_one, 1, deadline)
-            .await;
+        // The waiting path's futures are boxed: the uncontended path (one
+        // attempt above) keeps a small future, which every caller's future
+        // holds.
+        let waiter =
+            Box::pin(hub.register(channel, crate::engine::notify::wake_one, 1, deadline)).await;
         waiter.note_busy(busy_until);
         // Parked in this client's hand-off queue: a local holder's release
         // may grant us the lock directly.
@@ -402,7 +404,7 @@ impl Lock {
                     // arrives through the ticket.
                     Claim::Pending => offered = true,
                     Claim::Attempt => {
-                        let result = self.attempt_unless_yielding(deadline).await;
+                        let result = Box::pin(self.attempt_unless_yielding(deadline)).await;
                         ticket.reopen();
                         match result? {
                             Attempt::Granted(guard) => return Ok(Some(guard)),
@@ -515,7 +517,7 @@ impl Lock {
         let room = &self.shared.room;
         let reply = match acquire::send(client, name, &room.acquire, call, state, undo).await {
             Ok(reply) => reply,
-            Err(e) => return Err(self.name_wrong_type(e).await),
+            Err(e) => return Err(Box::pin(self.name_wrong_type(e)).await),
         };
         let status = reply.field(0);
         if matches!(status, 1 | 2) && client.acks().short(reply.acked) {

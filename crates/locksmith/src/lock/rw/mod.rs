@@ -343,7 +343,7 @@ impl ReadWriteLock {
             Side::Write => "write-lock",
         };
         let labels = self.shared.client.labels(kind, self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(side, wait)).await
+        crate::engine::observe::acquire(labels, self.name(), self.acquire_inner(side, wait)).await
     }
 
     async fn acquire_inner(&self, side: Side, wait: Option<Duration>) -> Result<Option<LockGuard>> {

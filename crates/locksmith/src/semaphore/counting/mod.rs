@@ -266,7 +266,7 @@ impl Semaphore {
         wait: Option<Duration>,
     ) -> Result<Option<SemaphorePermits>> {
         let labels = self.shared.client.labels("semaphore", self.name());
-        crate::engine::observe::acquire(&labels, self.name(), self.acquire_inner(permits, wait))
+        crate::engine::observe::acquire(labels, self.name(), self.acquire_inner(permits, wait))
             .await
     }
 
