@@ -18,7 +18,7 @@ pub use reentrant::{Lock, LockGuard, LockInfo};
 pub use rw::{ReadWriteLock, ReadWriteLockInfo};
 pub use simple::SimpleLock;
 
-use reentrant::{force_unlock, key_exists, release, NEXT_HOLDER_ID};
+use reentrant::{force_unlock, key_exists, NEXT_HOLDER_ID};
 
 use crate::engine::keys::prefixed;
 

@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::release::undo_grant_in_background;
 use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock};
 use crate::client::Client;
 use crate::engine::conn::ATTEMPTS;
@@ -475,14 +474,7 @@ fn roll_back(
 ) {
     for (lock, state) in locks.iter().zip(states) {
         let expected_after = state.count + 1;
-        let lease = lock.lease();
-        undo_grant_in_background(
-            lock.shared.clone(),
-            state,
-            expected_after,
-            lease,
-            first_sent + lease,
-        );
+        lock.undo_grant_later(state, expected_after, first_sent + lock.lease());
     }
 }
 

@@ -41,7 +41,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use super::release::undo_grant_in_background;
 use super::{HoldState, Lock, LockGuard};
 
 /// Per-client registry of parked waiters, by lock name.
@@ -405,14 +404,8 @@ impl Offer {
             // Release the successor's hold with the count it has if the
             // hand-off landed; the release script answers "not held"
             // harmlessly if it did not.
-            let lease = ticket.lock.lease();
-            undo_grant_in_background(
-                ticket.lock.shared.clone(),
-                hold,
-                1,
-                lease,
-                Instant::now() + lease,
-            );
+            let until = Instant::now() + ticket.lock.lease();
+            ticket.lock.undo_grant_later(hold, 1, until);
         }
     }
 }

@@ -600,6 +600,25 @@ impl Lock {
         Ok(LockGuard::reentrant(self.clone(), state.token, lease))
     }
 
+    /// Undoes, in the background, a grant this owner may hold without
+    /// having read it (see [`release::undo_grant`]): `state` is the owner's
+    /// state, `expected_after` its hold count if the grant landed, `until`
+    /// when such a grant expires at the latest.
+    pub(in crate::lock) fn undo_grant_later(
+        &self,
+        state: tokio::sync::OwnedMutexGuard<HoldState>,
+        expected_after: u32,
+        until: Instant,
+    ) {
+        release::undo_grant_in_background(
+            self.shared.clone(),
+            state,
+            expected_after,
+            self.lease(),
+            until,
+        );
+    }
+
     fn not_held(&self) -> Error {
         Error::NotHeld {
             name: self.shared.name.to_string(),
