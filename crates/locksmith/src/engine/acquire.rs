@@ -28,15 +28,11 @@ use crate::engine::hold::HoldState;
 use crate::engine::lease::LeaseState;
 use crate::engine::renewal::Hold;
 use crate::engine::task::Tasks;
-use crate::engine::undo;
+use crate::engine::undo::{self, UndoFuture};
 use crate::error::{Error, Result};
 
-/// Undoes a grant that may have landed, given the owner's state (see
-/// [`undo::Undo`]).
-pub(crate) type Undo<S> = undo::Undo<OwnedMutexGuard<S>>;
-
-/// The owner's state with the undo of a grant armed.
-pub(crate) type Armed<S> = undo::Armed<OwnedMutexGuard<S>>;
+/// The owner's state with the undo `F` of a grant armed.
+pub(crate) type Armed<S, F> = undo::Armed<OwnedMutexGuard<S>, F>;
 
 /// What an undone grant is, for a warning when it cannot run.
 const UNDOING: (&str, &str) = (
@@ -45,7 +41,11 @@ const UNDOING: (&str, &str) = (
 );
 
 /// An acquire reply, and when it was asked for.
-pub(crate) struct Reply<S: Send + 'static> {
+pub(crate) struct Reply<S, F>
+where
+    S: Send + 'static,
+    F: FnOnce(OwnedMutexGuard<S>) -> UndoFuture + Send + 'static,
+{
     /// The script's answer for this request: status first (1 granted by
     /// this send, 2 granted by an earlier one, see [`Granted`]).
     pub(crate) fields: Vec<i64>,
@@ -57,10 +57,14 @@ pub(crate) struct Reply<S: Send + 'static> {
     /// Replicas that acknowledged, if asked.
     pub(crate) acked: Option<u32>,
     /// The owner's state; armed when the reply is a grant.
-    pub(crate) state: Armed<S>,
+    pub(crate) state: Armed<S, F>,
 }
 
-impl<S: Send + 'static> Reply<S> {
+impl<S, F> Reply<S, F>
+where
+    S: Send + 'static,
+    F: FnOnce(OwnedMutexGuard<S>) -> UndoFuture + Send + 'static,
+{
     /// Field `i` of the reply (0 when missing).
     pub(crate) fn field(&self, i: usize) -> i64 {
         self.fields.get(i).copied().unwrap_or(0)
@@ -71,14 +75,18 @@ impl<S: Send + 'static> Reply<S> {
 /// A reply with status 1 or 2 is a grant, and comes back with the undo
 /// armed; any other reply comes back disarmed. A wrong-type error is
 /// answered without undo (the script changed nothing).
-pub(crate) async fn send<S: Send + 'static>(
+pub(crate) async fn send<S, F>(
     client: &Client,
     name: &str,
     batcher: &Batcher,
     call: Call,
     state: OwnedMutexGuard<S>,
-    undo: Undo<S>,
-) -> Result<Reply<S>> {
+    undo: F,
+) -> Result<Reply<S, F>>
+where
+    S: Send + 'static,
+    F: FnOnce(OwnedMutexGuard<S>) -> UndoFuture + Send + 'static,
+{
     let mut armed = Armed::new(batcher.tasks(), UNDOING, state, undo);
     let first_sent = Instant::now();
     let mut sends = 0;
@@ -137,7 +145,11 @@ pub(crate) struct Granted {
 
 impl Granted {
     /// Reads the grant fields `{status, token, count, pttl}` of `reply`.
-    pub(crate) fn from_reply<S: Send + 'static>(reply: &Reply<S>) -> Granted {
+    pub(crate) fn from_reply<S, F>(reply: &Reply<S, F>) -> Granted
+    where
+        S: Send + 'static,
+        F: FnOnce(OwnedMutexGuard<S>) -> UndoFuture + Send + 'static,
+    {
         Granted {
             status: reply.field(0),
             token: reply.field(1),

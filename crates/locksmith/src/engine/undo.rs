@@ -20,23 +20,37 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use crate::engine::batch::Tracked;
 use crate::engine::task::Tasks;
 
-/// The undo of an [`Armed`]: called when the undo is due with the armed
-/// state; the future it returns runs once the request it follows has
-/// settled (the state is the undo's from the call on, so an undo whose
-/// future is dropped unrun can put the state right in its own drop).
-pub(crate) type Undo<S> = Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// What an undo runs: made when the undo is due, run once the request it
+/// follows has settled.
+pub(crate) type UndoFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Names the type of an undo closure where it is written (its state's
+/// type and its future's), for [`Armed::new`]. The closure is called with
+/// the armed state when the undo is due (the state is the undo's from the
+/// call on, so an undo whose future is dropped unrun can put the state
+/// right in its own drop). It lives inline in the caller's future: arming
+/// an undo allocates nothing.
+pub(crate) fn closure<S, F>(undo: F) -> F
+where
+    F: FnOnce(S) -> UndoFuture + Send + 'static,
+{
+    undo
+}
 
 /// A state with an undo armed (see the module docs).
-pub(crate) struct Armed<S: Send + 'static> {
+pub(crate) struct Armed<S, F>
+where
+    S: Send + 'static,
+    F: FnOnce(S) -> UndoFuture + Send + 'static,
+{
     /// The state; `None` once kept.
     state: Option<S>,
     /// What undoes; `None` when nothing needs undoing.
-    undo: Option<Undo<S>>,
+    undo: Option<F>,
     /// Settles once the latest request can no longer reach Redis.
     after: Option<Tracked>,
     /// Where the undo runs (the client's background work).
@@ -45,14 +59,18 @@ pub(crate) struct Armed<S: Send + 'static> {
     what: (&'static str, &'static str),
 }
 
-impl<S: Send + 'static> Armed<S> {
+impl<S, F> Armed<S, F>
+where
+    S: Send + 'static,
+    F: FnOnce(S) -> UndoFuture + Send + 'static,
+{
     /// `state` with `undo` armed; `what` says in a warning what the undo
     /// is and what is left if it cannot run.
     pub(crate) fn new(
         tasks: &Tasks,
         what: (&'static str, &'static str),
         state: S,
-        undo: Undo<S>,
+        undo: F,
     ) -> Self {
         Armed {
             state: Some(state),
@@ -91,7 +109,11 @@ impl<S: Send + 'static> Armed<S> {
     }
 }
 
-impl<S: Send + 'static> Drop for Armed<S> {
+impl<S, F> Drop for Armed<S, F>
+where
+    S: Send + 'static,
+    F: FnOnce(S) -> UndoFuture + Send + 'static,
+{
     fn drop(&mut self) {
         let (Some(state), Some(undo)) = (self.state.take(), self.undo.take()) else {
             return;

@@ -27,9 +27,11 @@ use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{wake_one, Check, Keeper};
 use crate::engine::renewal::Hold;
+use crate::engine::undo;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
+use tokio::sync::OwnedMutexGuard;
 
 /// A fair (first come, first served) reentrant lock handle.
 ///
@@ -348,8 +350,7 @@ impl FairLock {
             ],
         );
         let this = self.clone();
-        let undo: acquire::Undo<HoldState> = Arc::new(move |mut state| {
-            let this = this.clone();
+        let undo = undo::closure(move |mut state: OwnedMutexGuard<HoldState>| {
             Box::pin(async move {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.

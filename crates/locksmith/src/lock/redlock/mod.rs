@@ -43,7 +43,7 @@ use crate::engine::held::{Held, Holding};
 use crate::engine::lease::{drift, LeaseState};
 use crate::engine::notify::{self, Waiter};
 use crate::engine::task::Tasks;
-use crate::engine::undo::{Armed, Undo};
+use crate::engine::undo::{self, Armed};
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -814,9 +814,8 @@ impl Redlock {
         // granted, each node once its request settled.
         let lock = self.clone();
         let undone = owner.clone();
-        let undo: Undo<Vec<Option<Tracked>>> = Arc::new(move |after| {
-            let (lock, owner) = (lock.clone(), undone.clone());
-            Box::pin(async move { lock.undo_round(owner, after).await })
+        let undo = undo::closure(move |after: Vec<Option<Tracked>>| {
+            Box::pin(async move { lock.undo_round(undone, after).await })
         });
         let after: Vec<Option<Tracked>> = tracked.into_iter().map(Some).collect();
         let mut undo = Armed::new(inner.tasks(), UNDOING, after, undo);

@@ -25,9 +25,11 @@ use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::conn::ATTEMPTS;
 use crate::engine::hold::HoldState;
 use crate::engine::renewal::Hold;
+use crate::engine::undo;
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
+use tokio::sync::OwnedMutexGuard;
 
 pub use guard::LockGuard;
 use handoff::Handoffs;
@@ -494,14 +496,8 @@ impl Lock {
         // releases it, after the call settled.
         let until = Instant::now() + lease;
         let shared = self.shared.clone();
-        let undo: acquire::Undo<HoldState> = Arc::new(move |state| {
-            Box::pin(undo_grant(
-                shared.clone(),
-                state,
-                expected + 1,
-                lease,
-                until,
-            ))
+        let undo = undo::closure(move |state: OwnedMutexGuard<HoldState>| {
+            Box::pin(undo_grant(shared, state, expected + 1, lease, until))
         });
         let call = Call::new(
             2,

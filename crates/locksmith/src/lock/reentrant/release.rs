@@ -14,7 +14,7 @@ use super::handoff::Offer;
 use super::{Lock, Shared};
 use crate::engine::batch::{Arg, Call};
 use crate::engine::hold::{apply_release as apply_answer, HoldState, Sends};
-use crate::engine::undo::{Armed, Undo};
+use crate::engine::undo::{self, Armed, UndoFuture};
 use crate::error::{Error, Result};
 
 /// What the release script is asked to do, and what a resend must repeat.
@@ -99,10 +99,12 @@ const FINISHING: (&str, &str) = (
 /// A release started by a future that may be dropped before it holds the
 /// owner's state: armed until then, it sends the release from a
 /// background task instead.
-pub(in crate::lock) fn pending_release(lock: &Lock) -> Armed<()> {
-    let pending = lock.clone();
-    let undo: Undo<()> = Arc::new(move |()| {
-        let lock = pending.clone();
+pub(in crate::lock) fn pending_release(
+    lock: &Lock,
+) -> Armed<(), impl FnOnce(()) -> UndoFuture + Send + 'static> {
+    let lock = lock.clone();
+    let tasks = lock.shared.client.tasks().clone();
+    let undo = undo::closure(move |()| {
         Box::pin(async move {
             let state = lock.shared.state.clone().lock_owned().await;
             let result =
@@ -114,7 +116,7 @@ pub(in crate::lock) fn pending_release(lock: &Lock) -> Armed<()> {
         "releasing for a cancelled release call",
         "the hold runs out with its lease",
     );
-    Armed::new(lock.shared.client.tasks(), what, (), undo)
+    Armed::new(&tasks, what, (), undo)
 }
 
 /// The release script, resent on a lost reply, with the owner's state
@@ -173,16 +175,12 @@ pub(in crate::lock) async fn release_locked(
     // the owner's next call never sees a count the server no longer has.
     let plain = ReleaseCall::new(shared, lease, expected, episode, None);
     let finishing = shared.clone();
-    let undo: Undo<(OwnedMutexGuard<HoldState>, Sends)> = Arc::new(move |(state, mut sends)| {
-        sends.resent = true;
-        Box::pin(finish(
-            finishing.clone(),
-            state,
-            plain.clone(),
-            sends,
-            until,
-        ))
-    });
+    let undo = undo::closure(
+        move |(state, mut sends): (OwnedMutexGuard<HoldState>, Sends)| {
+            sends.resent = true;
+            Box::pin(finish(finishing, state, plain, sends, until))
+        },
+    );
     let sends = Sends::start(shared.client.release_rules());
     let mut flight = Armed::new(client.tasks(), FINISHING, (state, sends), undo);
     let mut attempt = 0;

@@ -25,9 +25,11 @@ use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{HoldState, Releaser};
 use crate::engine::notify::{Check, Wake};
 use crate::engine::renewal::Hold;
+use crate::engine::undo;
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
+use tokio::sync::OwnedMutexGuard;
 
 /// A distributed read-write lock handle (Redisson's `RReadWriteLock`
 /// layout).
@@ -414,8 +416,7 @@ impl ReadWriteLock {
             ],
         );
         let this = self.clone();
-        let undo: acquire::Undo<RwState> = Arc::new(move |mut state| {
-            let this = this.clone();
+        let undo = undo::closure(move |mut state: OwnedMutexGuard<RwState>| {
             Box::pin(async move {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.

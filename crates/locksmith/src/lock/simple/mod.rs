@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::renewal::Hold;
-use crate::engine::undo::{Armed, Undo};
+use crate::engine::undo::{self, Armed, UndoFuture};
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::lock::LockGuard;
@@ -297,10 +297,13 @@ impl SimpleLock {
 
     /// A compare-and-delete of the armed token, sent from the background
     /// (see [`SimpleLock::release_token`] for `resend` and `lost_before`).
-    fn release_later(&self, resend: bool, lost_before: bool) -> Undo<String> {
+    fn release_later(
+        &self,
+        resend: bool,
+        lost_before: bool,
+    ) -> impl FnOnce(String) -> UndoFuture + Send + 'static {
         let lock = self.clone();
-        Arc::new(move |token| {
-            let lock = lock.clone();
+        undo::closure(move |token: String| {
             Box::pin(async move {
                 let _ = lock.release_token(&token, resend, lost_before).await;
             })
