@@ -49,11 +49,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::engine::conn::Acks;
+use crate::engine::nodes;
 use crate::engine::scripts::Lua;
 use crate::engine::task::Tasks;
 use crate::engine::topology::{Conn, Destination};
@@ -478,14 +478,7 @@ impl Shared {
 
     /// [`Shared::send`] on a cluster: one call per slot, pipelined.
     async fn send_by_slot(&self, batch: Vec<Request>) {
-        let mut by_slot: Vec<(Slot, Vec<Request>)> = Vec::new();
-        for request in batch {
-            let slot = Slot::for_key(request.call.first_key());
-            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, requests)) => requests.push(request),
-                None => by_slot.push((slot, vec![request])),
-            }
-        }
+        let mut by_slot = nodes::by_slot(batch, |request| request.call.first_key());
         if by_slot.len() == 1 {
             let (_, batch) = by_slot.remove(0);
             return self.send_one(batch).await;

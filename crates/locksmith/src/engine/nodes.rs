@@ -84,6 +84,21 @@ impl NodeMap {
     }
 }
 
+/// `items` split by the slot of each one's key: the slots in the order
+/// they first appear, each with its items in their order (a batch sent as
+/// one call per slot).
+pub(crate) fn by_slot<T>(items: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<(Slot, Vec<T>)> {
+    let mut groups: Vec<(Slot, Vec<T>)> = Vec::new();
+    for item in items {
+        let slot = Slot::for_key(key(&item));
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, same)) => same.push(item),
+            None => groups.push((slot, vec![item])),
+        }
+    }
+    groups
+}
+
 /// Reads a `CLUSTER SLOTS` reply: `[[start, end, [host, port, ...],
 /// replicas...], ...]`.
 fn parse(reply: Value) -> Option<View> {
@@ -139,6 +154,16 @@ mod tests {
             Value::Int(port),
             Value::BulkString(b"id".to_vec()),
         ])
+    }
+
+    #[test]
+    fn splits_by_slot_in_order() {
+        let groups = by_slot(vec!["{a}1", "{b}1", "{a}2", "{b}2", "{c}"], |k| k);
+        let keys: Vec<Vec<&str>> = groups.into_iter().map(|(_, g)| g).collect();
+        assert_eq!(
+            keys,
+            [vec!["{a}1", "{a}2"], vec!["{b}1", "{b}2"], vec!["{c}"]]
+        );
     }
 
     #[test]

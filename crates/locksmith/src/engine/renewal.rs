@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::engine::conn::Acks;
 use crate::engine::lease::LeaseState;
+use crate::engine::nodes;
 use crate::engine::scripts::Lua;
 use crate::engine::task::TaskSlot;
 use crate::engine::topology::Conn;
@@ -450,14 +451,13 @@ struct Due {
 async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Due>) {
     // A group shares one script.
     let script = batch[0].script;
-    let mut by_slot: Vec<(Option<Slot>, Vec<Due>)> = Vec::new();
-    for due in batch {
-        let slot = conn.group_of(&due.key);
-        match by_slot.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, dues)) => dues.push(due),
-            None => by_slot.push((slot, vec![due])),
-        }
-    }
+    let by_slot = if conn.is_cluster() {
+        nodes::by_slot(batch, |due| &due.key)
+    } else {
+        // One server: one call, whatever the slots.
+        let slot = Slot::for_key(&*batch[0].key);
+        vec![(slot, batch)]
+    };
     let command = |batch: &[Due]| {
         let mut cmd = script.evalsha(batch.len());
         for due in batch {
@@ -474,7 +474,7 @@ async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Du
         _ => {
             let calls = by_slot
                 .iter()
-                .map(|(slot, batch)| (slot.unwrap_or_else(|| Slot::for_key("")), command(batch)))
+                .map(|(slot, batch)| (*slot, command(batch)))
                 .collect();
             script.run_pipelined(&conn, calls, acks).await
         }
