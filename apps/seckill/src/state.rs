@@ -87,6 +87,9 @@ impl AppState {
             return Err("segments must be between 1 and 1024".into());
         }
         config.validate()?;
+        // The recorder first: the lock client keeps the metric handles it
+        // registers on first use.
+        let metrics = metrics_handle();
         let locks = config
             .redis_security
             .apply(locksmith::Client::builder(config.redis_url.as_str()))
@@ -110,7 +113,7 @@ impl AppState {
                 db,
                 vouchers: Mutex::new(HashMap::new()),
                 local_locks: Mutex::new(HashMap::new()),
-                metrics: metrics_handle(),
+                metrics,
                 retired: Mutex::new(HashSet::new()),
                 purchases: tokio_util::task::TaskTracker::new(),
             }),

@@ -395,6 +395,10 @@ impl ClientBuilder {
     /// false: one series per name can be too many for a metrics backend
     /// when names carry ids, as `order:{id}` does). See the metrics list in
     /// [`guides::operations`](crate::guides::operations).
+    ///
+    /// Install the metrics recorder before the client's first acquire: the
+    /// client registers each kind's metric handles on first use and keeps
+    /// them (with names on, each object's).
     pub fn metric_names(mut self, on: bool) -> Self {
         self.config.metric_names = on;
         self
@@ -593,6 +597,7 @@ impl ClientBuilder {
                 acks,
                 rooms: Mutex::new(HashMap::new()),
                 batchers: Mutex::new(HashMap::new()),
+                labels: Mutex::new(Vec::new()),
                 topology: match conn {
                     Conn::Single(_) => Topology::Single,
                     Conn::Sentinel(_) => Topology::Sentinel,
@@ -676,6 +681,9 @@ struct Inner {
     /// The batcher of each batch script and lane, by the script's address,
     /// made on first use; see [`Client::shared_batcher`].
     batchers: Mutex<HashMap<(usize, Lane), Arc<Batcher>>>,
+    /// The metric labels (and handles) of each kind, made on first use;
+    /// see [`Client::labels`].
+    labels: Mutex<Vec<crate::engine::observe::Labels>>,
     /// The shared multiplexed connection; reconnects on its own after a
     /// failure (and follows failovers and slot moves, see `topology.rs`).
     conn: Conn,
@@ -875,9 +883,22 @@ impl Client {
     }
 
     /// Metric labels for one object of this client: its kind, and its name
-    /// when the client was built with `metric_names`.
+    /// when the client was built with `metric_names`. Without names every
+    /// object of a kind shares one set, and with it its metric handles,
+    /// registered once per client instead of on every acquire and release.
     pub(crate) fn labels(&self, kind: &'static str, name: &str) -> crate::engine::observe::Labels {
-        crate::engine::observe::Labels::of(kind, name, self.config().metric_names)
+        use crate::engine::observe::Labels;
+        if self.config().metric_names {
+            return Labels::of(kind, name, true);
+        }
+        // A handful of kinds: a scan beats hashing.
+        let mut known = self.inner.labels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(labels) = known.iter().find(|l| l.kind() == kind) {
+            return labels.clone();
+        }
+        let labels = Labels::of(kind, name, false);
+        known.push(labels.clone());
+        labels
     }
 
     /// How long (ms) a final release's receipt stays on the server (see

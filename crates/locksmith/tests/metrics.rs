@@ -179,4 +179,57 @@ async fn a_scripted_workload_leaves_the_expected_counts() {
     assert!(m
         .keys()
         .all(|(_, labels)| labels.iter().all(|(k, _)| k != "name")));
+
+    // With names as labels each object's series carry its name, and the
+    // outcomes of a cancelled acquire and a dropped guard are counted.
+    let named = Client::builder(server.url())
+        .metric_names(true)
+        .build()
+        .await
+        .unwrap();
+    let a = named.lock("m:named-a").unwrap();
+    a.lock().await.unwrap().release().await.unwrap();
+    let guard = a.lock().await.unwrap();
+    let other = named.lock("m:named-a").unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), other.lock())
+            .await
+            .is_err(),
+        "held by another owner"
+    );
+    guard.release().await.unwrap();
+    drop(named.lock("m:named-b").unwrap().lock().await.unwrap());
+    let m = read(&snapshotter);
+    let of = |name: &'static str, outcome: &'static str| {
+        [("kind", "lock"), ("name", name), ("outcome", outcome)]
+    };
+    assert_eq!(
+        get(&m, "locksmith_acquires_total", &of("m:named-a", "granted")),
+        2.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "locksmith_acquires_total",
+            &of("m:named-a", "cancelled")
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&m, "locksmith_releases_total", &of("m:named-a", "ok")),
+        2.0
+    );
+    assert_eq!(
+        get(&m, "locksmith_releases_total", &of("m:named-b", "dropped")),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "locksmith_holders",
+            &[("kind", "lock"), ("name", "m:named-a")]
+        ),
+        0.0
+    );
+    named.close().await.unwrap();
 }

@@ -358,7 +358,11 @@ impl Batcher {
             if batch.len() == 1 && batch[0].undo.is_none() {
                 // Only our own request: send it from this task. If this
                 // future is dropped mid-call, only our reply is lost.
-                shared.send(batch).await;
+                // Boxed: the send's state (the script call, its WAIT) is
+                // most of this future, and every layer above a call (the
+                // acquire, the span, the caller) would otherwise hold it
+                // and copy it each time it is moved.
+                Box::pin(shared.send(batch)).await;
                 drop(slot);
             } else {
                 // Other callers' requests, or an undo that must see the

@@ -27,6 +27,7 @@
 //! its lease.
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -35,33 +36,142 @@ use tracing::Instrument;
 
 use crate::error::Result;
 
-/// Labels for one object: its kind, and its name when the client was
-/// built with `metric_names`.
-#[derive(Debug, Clone)]
+/// The metric labels of one object, with its metric handles: its kind,
+/// and its name when the client was built with `metric_names`.
+///
+/// A handle is registered with the recorder the first time it is used and
+/// then kept, as the `metrics` crate advises: recording is then an atomic
+/// update, not a key built, hashed and looked up (with its label vector
+/// allocated) on every acquire and release. A client shares one set per
+/// kind unless names are labels (see `Client::labels`), so install the
+/// recorder before the client's first acquire; handles registered before
+/// that stay with the recorder that was current then.
+#[derive(Clone)]
 pub(crate) struct Labels {
     kind: &'static str,
+    meters: Arc<Meters>,
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Labels")
+            .field("kind", &self.kind)
+            .field("name", &self.meters.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Outcomes of `locksmith_acquires_total`, in the order of
+/// [`Meters::acquires`].
+const ACQUIRE_OUTCOMES: [&str; 4] = ["granted", "timeout", "error", "cancelled"];
+
+/// Outcomes of `locksmith_releases_total`, in the order of
+/// [`Meters::releases`].
+const RELEASE_OUTCOMES: [&str; 6] = [
+    "ok",
+    "not_held",
+    "unconfirmed",
+    "error",
+    "dropped",
+    "forgotten",
+];
+
+/// The handles of one label set, each registered on first use.
+#[derive(Default)]
+struct Meters {
+    kind: &'static str,
     name: Option<String>,
+    waiters: OnceLock<metrics::Gauge>,
+    holders: OnceLock<metrics::Gauge>,
+    wait: OnceLock<metrics::Histogram>,
+    held: OnceLock<metrics::Histogram>,
+    lost: OnceLock<metrics::Counter>,
+    acquires: [OnceLock<metrics::Counter>; ACQUIRE_OUTCOMES.len()],
+    releases: [OnceLock<metrics::Counter>; RELEASE_OUTCOMES.len()],
 }
 
 impl Labels {
     /// Labels for `kind` and `name`, the name only `with_name` (the
-    /// client's `metric_names` option).
+    /// client's `metric_names` option), with handles of their own.
     pub(crate) fn of(kind: &'static str, name: &str, with_name: bool) -> Labels {
         Labels {
             kind,
-            name: with_name.then(|| name.to_owned()),
+            meters: Arc::new(Meters {
+                kind,
+                name: with_name.then(|| name.to_owned()),
+                ..Meters::default()
+            }),
         }
     }
 
-    fn with(&self, extra: Option<(&'static str, &'static str)>) -> Vec<metrics::Label> {
+    /// The kind these labels name.
+    pub(crate) fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+impl Meters {
+    fn labels(&self, outcome: Option<&'static str>) -> Vec<metrics::Label> {
         let mut labels = vec![metrics::Label::new("kind", self.kind)];
         if let Some(name) = &self.name {
             labels.push(metrics::Label::new("name", name.clone()));
         }
-        if let Some((k, v)) = extra {
-            labels.push(metrics::Label::new(k, v));
+        if let Some(outcome) = outcome {
+            labels.push(metrics::Label::new("outcome", outcome));
         }
         labels
+    }
+
+    fn waiters(&self) -> &metrics::Gauge {
+        self.waiters
+            .get_or_init(|| metrics::gauge!("locksmith_waiters", self.labels(None)))
+    }
+
+    fn holders(&self) -> &metrics::Gauge {
+        self.holders
+            .get_or_init(|| metrics::gauge!("locksmith_holders", self.labels(None)))
+    }
+
+    fn wait(&self) -> &metrics::Histogram {
+        self.wait.get_or_init(|| {
+            metrics::histogram!("locksmith_acquire_wait_seconds", self.labels(None))
+        })
+    }
+
+    fn held(&self) -> &metrics::Histogram {
+        self.held
+            .get_or_init(|| metrics::histogram!("locksmith_hold_seconds", self.labels(None)))
+    }
+
+    fn lost(&self) -> &metrics::Counter {
+        self.lost
+            .get_or_init(|| metrics::counter!("locksmith_leases_lost_total", self.labels(None)))
+    }
+
+    fn acquired(&self, outcome: &'static str) -> metrics::Counter {
+        Self::outcome(&self.acquires, &ACQUIRE_OUTCOMES, outcome, || {
+            metrics::counter!("locksmith_acquires_total", self.labels(Some(outcome)))
+        })
+    }
+
+    fn released(&self, outcome: &'static str) -> metrics::Counter {
+        Self::outcome(&self.releases, &RELEASE_OUTCOMES, outcome, || {
+            metrics::counter!("locksmith_releases_total", self.labels(Some(outcome)))
+        })
+    }
+
+    /// The counter of `outcome` among `outcomes`, registered on first use
+    /// (an outcome not in the list is registered each time).
+    fn outcome(
+        slots: &[OnceLock<metrics::Counter>],
+        outcomes: &[&str],
+        outcome: &'static str,
+        register: impl FnOnce() -> metrics::Counter,
+    ) -> metrics::Counter {
+        match outcomes.iter().position(|o| *o == outcome) {
+            Some(i) => slots[i].get_or_init(register).clone(),
+            None => register(),
+        }
     }
 }
 
@@ -101,7 +211,7 @@ pub(crate) fn acquire<T: Grant, F: Future<Output = Result<Option<T>>>>(
         wait_ms = tracing::field::Empty,
         token = tracing::field::Empty,
     );
-    metrics::gauge!("locksmith_waiters", labels.with(None)).increment(1.0);
+    labels.meters.waiters().increment(1.0);
     let mut waiting = Waiting {
         labels,
         outcome: "cancelled",
@@ -129,8 +239,7 @@ impl Waiting {
         let waited = self.started.elapsed();
         self.outcome = match result {
             Ok(Some(grant)) => {
-                metrics::histogram!("locksmith_acquire_wait_seconds", self.labels.with(None))
-                    .record(waited.as_secs_f64());
+                self.labels.meters.wait().record(waited.as_secs_f64());
                 if let Some(token) = grant.token() {
                     self.span.record("token", token);
                 }
@@ -146,12 +255,9 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        metrics::gauge!("locksmith_waiters", self.labels.with(None)).decrement(1.0);
-        metrics::counter!(
-            "locksmith_acquires_total",
-            self.labels.with(Some(("outcome", self.outcome)))
-        )
-        .increment(1);
+        let meters = &self.labels.meters;
+        meters.waiters().decrement(1.0);
+        meters.acquired(self.outcome).increment(1);
     }
 }
 
@@ -168,7 +274,7 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(labels: Labels, name: &str) -> Hold {
-        metrics::gauge!("locksmith_holders", labels.with(None)).increment(1.0);
+        labels.meters.holders().increment(1.0);
         Hold {
             labels,
             name: name.to_owned(),
@@ -230,14 +336,10 @@ impl Hold {
         }
         self.done = true;
         let held = self.granted.elapsed();
-        metrics::gauge!("locksmith_holders", self.labels.with(None)).decrement(1.0);
-        metrics::histogram!("locksmith_hold_seconds", self.labels.with(None))
-            .record(held.as_secs_f64());
-        metrics::counter!(
-            "locksmith_releases_total",
-            self.labels.with(Some(("outcome", outcome)))
-        )
-        .increment(1);
+        let meters = &self.labels.meters;
+        meters.holders().decrement(1.0);
+        meters.held().record(held.as_secs_f64());
+        meters.released(outcome).increment(1);
         if outcome == "not_held" {
             lost(&self.labels, &self.name, held);
         }
@@ -261,7 +363,7 @@ impl Drop for Hold {
 /// Records a lost lease found at release (the watchdog logs its own
 /// warning when it notices one first).
 pub(crate) fn lost(labels: &Labels, name: &str, held: Duration) {
-    metrics::counter!("locksmith_leases_lost_total", labels.with(None)).increment(1);
+    labels.meters.lost().increment(1);
     tracing::warn!(
         kind = labels.kind,
         name,
