@@ -58,11 +58,12 @@ bench-multi: setup
 
 # The chaos suite, long form (10 minutes): 6 minutes under every
 # single-server fault, then 2 behind Sentinel and 2 on a Cluster with
-# failovers, each with the reentrant lock, the fair lock and the
-# read-write lock's write hold on different names; figures as JSON in
+# failovers, each with six names: a reentrant lock, a fair lock, a
+# read-write lock (reads, writes, downgrades), a counting semaphore, a
+# permit semaphore and a MultiLock over two locks; figures as JSON in
 # target/chaos/.
 chaos: setup
 	mkdir -p target/chaos
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --duration 6m --json target/chaos/single.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --topology sentinel --duration 2m --json target/chaos/sentinel.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --topology cluster --duration 2m --json target/chaos/cluster.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 6 --duration 6m --json target/chaos/single.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 6 --topology sentinel --duration 2m --json target/chaos/sentinel.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 6 --topology cluster --duration 2m --json target/chaos/cluster.json

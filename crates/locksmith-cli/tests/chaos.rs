@@ -48,7 +48,10 @@ fn a_short_run_under_every_fault_has_no_violations() {
     let dir = std::env::temp_dir().join(format!("chaos-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("chaos.json");
-    let (code, stdout, figures) = chaos(&["--duration", "60s", "--kind", "mixed"], &json);
+    let (code, stdout, figures) = chaos(
+        &["--duration", "60s", "--kind", "mixed", "--names", "6"],
+        &json,
+    );
     assert_eq!(figures["kind"], "mixed", "{figures}");
     let report = &figures["report"];
     assert_eq!(code, Some(0), "{stdout}");
@@ -58,7 +61,7 @@ fn a_short_run_under_every_fault_has_no_violations() {
         "{stdout}"
     );
     // Every single-server fault happened, and work got done.
-    for kind in ["kill", "pause", "restart", "black-hole", "latency"] {
+    for kind in ["kill", "pause", "restart", "black-hole", "latency", "cut"] {
         assert!(
             report["faults"][kind].as_u64().unwrap_or(0) >= 1,
             "{kind} never injected: {stdout}"
@@ -73,11 +76,28 @@ fn a_short_run_under_every_fault_has_no_violations() {
         report["losses_signalled"].as_u64().unwrap() >= 1,
         "{stdout}"
     );
+    // Every kind was granted (the MultiLock's members count as locks).
+    for kind in [
+        "lock",
+        "fair-lock",
+        "read-write",
+        "semaphore",
+        "permit-semaphore",
+    ] {
+        assert!(
+            report["per_kind"][kind]["grants"].as_u64().unwrap_or(0) > 10,
+            "{kind}: {stdout}"
+        );
+    }
+    // Both semaphores' permits were read back after the run.
+    assert_eq!(report["permits"].as_array().unwrap().len(), 2, "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A broken release (a raw `DEL` of the lock's hash, whoever holds it) on
-/// `kind`'s locks is caught within 30 s under pauses.
+/// `kind` deliberately broken (`--broken`: locks given back at the grant,
+/// read-write writers holding reads, semaphores giving permits back twice)
+/// is caught within a 12 s run (the bound is 30 s): the run fails
+/// with an overlap.
 fn broken_kind_is_caught(kind: &str) {
     let dir = std::env::temp_dir().join(format!("chaos-broken-{kind}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -85,12 +105,14 @@ fn broken_kind_is_caught(kind: &str) {
     let (code, stdout, figures) = chaos(
         &[
             "--duration",
-            "30s",
+            "12s",
             "--faults",
-            "pause",
+            "latency",
+            "--max-faults",
+            "1",
             "--kind",
             kind,
-            "--broken-release",
+            "--broken",
         ],
         &json,
     );
@@ -102,14 +124,39 @@ fn broken_kind_is_caught(kind: &str) {
     let violations = figures["report"]["violations"].as_array().unwrap();
     assert!(
         violations.iter().any(|v| v["rule"] == "overlap"),
-        "{kind}: the broken release lets two holders in: {stdout}"
+        "{kind}: the broken primitive lets too many holders in: {stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn a_broken_write_lock_is_caught() {
-    broken_kind_is_caught("write");
+fn a_broken_lock_kind_is_caught() {
+    broken_kind_is_caught("lock");
+}
+
+#[test]
+fn a_broken_fair_lock_is_caught() {
+    broken_kind_is_caught("fair");
+}
+
+#[test]
+fn a_broken_read_write_lock_is_caught() {
+    broken_kind_is_caught("read-write");
+}
+
+#[test]
+fn a_broken_semaphore_is_caught() {
+    broken_kind_is_caught("semaphore");
+}
+
+#[test]
+fn a_broken_permit_semaphore_is_caught() {
+    broken_kind_is_caught("permit");
+}
+
+#[test]
+fn a_broken_multi_lock_is_caught() {
+    broken_kind_is_caught("multi");
 }
 
 #[test]

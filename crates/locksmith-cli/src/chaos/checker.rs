@@ -1,13 +1,22 @@
 //! The checker: reads a merged history and reports every violation of the
 //! lock's promises, and the run's figures.
 //!
+//! Every name has a kind (recorded by the nemesis at the start): a lock
+//! (reentrant, fair, a MultiLock's member), a read-write lock, or a
+//! semaphore with a capacity (its permits).
+//!
 //! Rules (times are the machine-wide monotonic clock):
 //! 1. **token order**: per lock, a grant completed before another grant was
-//!    invoked has a smaller fencing token;
+//!    invoked has a smaller fencing token (a read may have the same token:
+//!    readers joining a read hold share it, and never write with it);
+//!    semaphores have no tokens;
 //! 2. **stale write**: per lock, the fenced store never accepts a token
 //!    lower than one it had accepted before the write was sent;
-//! 3. **overlap**: a grant inside another hold of the same lock is a
-//!    violation when the server confirmed that hold at its release (the
+//! 3. **overlap**: a grant inside another hold of the same name (for a
+//!    read-write lock: unless both are reads, or one is its owner's
+//!    downgrade of the other; for a semaphore: when the permits of the
+//!    holds it is inside and its own add up to more than the capacity) is
+//!    a violation when the server confirmed that hold at its release (the
 //!    release answered `Ok`), or when the earlier holder's own view of its
 //!    lease (`valid_until`, never later than the server's expiry) had not
 //!    ended at the grant, unless the earlier hold was **wiped**: a restart
@@ -26,7 +35,16 @@
 //!    the nemesis had it stopped across that instant); and no write goes
 //!    out after its lease view ended unless it had been told;
 //! 5. **recovery**: after each fault heals, every live worker is granted a
-//!    lock again within lease + 1 s.
+//!    lock again within lease + 1 s;
+//! 6. **permits accounted for**: after the run, with every worker gone and
+//!    every lease over, each semaphore has its permits back, less a
+//!    counting semaphore's permits a killed holder kept and the nemesis did
+//!    not give back, within the range that acquires and releases without an
+//!    answer leave open (see [`Accounting::check`]). Holds without fencing
+//!    tokens (semaphores) cannot show a re-seeded counter, so for them a
+//!    restart or failover under way between the two grants excuses an
+//!    overlap (rule 3), and the permits are not accounted after one: the
+//!    count itself may be gone.
 //!
 //! A fault that could not be injected, and a worker that failed by itself,
 //! are reported too: such a run proves less than it claims.
@@ -39,7 +57,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::history::{Event, ReleaseOutcome, WriteOutcome};
+use super::history::{Event, Mode, ReleaseOutcome, WriteOutcome};
 
 /// How late after its lease view ended a lost signal may be recorded
 /// (timer resolution, scheduling on a loaded machine, the record itself).
@@ -90,8 +108,36 @@ pub(crate) struct Report {
     /// fault inside it, or the run ended first).
     pub(crate) recoveries_checked: usize,
     pub(crate) recoveries_skipped: usize,
+    /// Acquires, grants and violations by kind of name.
+    pub(crate) per_kind: BTreeMap<String, KindFigures>,
+    /// Each semaphore's permits accounted for after the run.
+    pub(crate) permits: Vec<PermitsLine>,
     /// Every violation found.
     pub(crate) violations: Vec<Violation>,
+}
+
+/// One kind's figures.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct KindFigures {
+    pub(crate) acquires: usize,
+    pub(crate) grants: usize,
+    pub(crate) violations: usize,
+}
+
+/// A semaphore's permits after the run against what its history allows.
+#[derive(Debug, Serialize)]
+pub(crate) struct PermitsLine {
+    pub(crate) lock: String,
+    pub(crate) kind: String,
+    pub(crate) capacity: u64,
+    /// Permits available after the run.
+    pub(crate) available: i64,
+    /// What the history allows: `[low, high]`, or `None` when a restart
+    /// or failover may have wiped the semaphore (its count is then
+    /// whatever the first call after it made it).
+    pub(crate) expected: Option<(i64, i64)>,
+    #[serde(skip)]
+    violation: Option<Violation>,
 }
 
 /// One hold, assembled from its events.
@@ -111,6 +157,17 @@ struct Hold {
     /// First time its lost signal fired.
     signalled: Option<u64>,
     release: Option<ReleaseOutcome>,
+    /// Its release was sent.
+    release_sent: bool,
+    /// How it holds the name, and how many permits.
+    mode: Mode,
+    permits: u64,
+    /// Whether `token` is a fencing token (else an id of the hold).
+    fenced: bool,
+    /// A read hold its owner took while holding the write hold.
+    downgrade: bool,
+    /// Its process was killed while it held (no release sent).
+    killed: bool,
 }
 
 impl Hold {
@@ -142,7 +199,22 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
 
     // Holds, and the facts the rules need.
     let mut holds: Vec<Hold> = Vec::new();
-    let mut by_key: HashMap<(String, String, u64), usize> = HashMap::new();
+    // Holds by (process, lock, token): a downgrade's read hold shares its
+    // write hold's token, so a key may name two holds; events go to the
+    // first one they still apply to (see `find`).
+    let mut by_key: HashMap<(String, String, u64), Vec<usize>> = HashMap::new();
+    let find = |by_key: &HashMap<(String, String, u64), Vec<usize>>,
+                holds: &[Hold],
+                p: &str,
+                lock: &str,
+                token: u64,
+                applies: fn(&Hold) -> bool| {
+        let list = by_key.get(&(p.to_owned(), lock.to_owned(), token))?;
+        list.iter()
+            .copied()
+            .find(|&i| applies(&holds[i]))
+            .or(list.last().copied())
+    };
     let mut last_invoke: HashMap<(String, String), u64> = HashMap::new();
     let mut writes: BTreeMap<String, Vec<(u64, u64, u64, String)>> = BTreeMap::new();
     let mut ended: HashMap<String, u64> = HashMap::new();
@@ -155,6 +227,15 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut data_loss: Vec<(u64, u64)> = Vec::new();
     // When acquires of each lock were sent, in order.
     let mut invokes: HashMap<String, Vec<u64>> = HashMap::new();
+    // Each name's kind and capacity (a name without one: a lock).
+    let mut resources: HashMap<String, (String, u64)> = HashMap::new();
+    // The last acquire of each (process, lock): (sent, permits, open).
+    let mut pending: HashMap<(String, String), (u64, u64, bool)> = HashMap::new();
+    // Acquires whose outcome is unknown (lock, when, permits); permits
+    // given back by the nemesis; the permits each semaphore had at the end.
+    let mut uncertain: Vec<(String, u64, u64)> = Vec::new();
+    let mut reclaimed: Vec<(String, u64, u64)> = Vec::new();
+    let mut finals: Vec<(String, u64, i64)> = Vec::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -162,29 +243,95 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             }
             Event::Exit { t, p } | Event::Killed { t, p } => {
                 ended.entry(p.clone()).or_insert(*t);
+                let killed = matches!(event, Event::Killed { .. });
                 for hold in holds.iter_mut().filter(|h| h.p == *p && h.end == u64::MAX) {
                     hold.end = *t;
+                    hold.killed = killed;
+                }
+                // An acquire in flight when its process ended may have
+                // been granted.
+                if killed {
+                    for ((q, lock), (_, permits, open)) in pending.iter_mut() {
+                        if q == p && *open {
+                            *open = false;
+                            uncertain.push((lock.clone(), *t, *permits));
+                        }
+                    }
                 }
             }
-            Event::AcquireInvoke { t, p, lock } => {
+            Event::Resource {
+                lock,
+                kind,
+                capacity,
+                ..
+            } => {
+                resources.insert(lock.clone(), (kind.clone(), *capacity));
+            }
+            Event::Reclaimed {
+                t, lock, permits, ..
+            } => {
+                reclaimed.push((lock.clone(), *t, *permits));
+            }
+            Event::Permits { t, lock, available } => {
+                finals.push((lock.clone(), *t, *available));
+            }
+            Event::AcquireInvoke {
+                t,
+                p,
+                lock,
+                permits,
+            } => {
                 report.acquires += 1;
+                report
+                    .per_kind
+                    .entry(kind_of(&resources, lock))
+                    .or_default()
+                    .acquires += 1;
                 last_invoke.insert((p.clone(), lock.clone()), *t);
+                pending.insert((p.clone(), lock.clone()), (*t, *permits, true));
                 invokes.entry(lock.clone()).or_default().push(*t);
             }
-            Event::AcquireFail { .. } => report.indeterminate_acquires += 1,
+            Event::AcquireFail {
+                t, p, lock, error, ..
+            } => {
+                report.indeterminate_acquires += 1;
+                if let Some((_, permits, open)) = pending.get_mut(&(p.clone(), lock.clone())) {
+                    // Not granted within the wait: nothing taken. Any other
+                    // error: the outcome is unknown.
+                    if *open && !error.starts_with("not granted") {
+                        uncertain.push((lock.clone(), *t, *permits));
+                    }
+                    *open = false;
+                }
+            }
             Event::AcquireOk {
                 t,
                 p,
                 lock,
                 token,
                 valid_until,
+                mode,
+                permits,
+                fenced,
+                downgrade,
             } => {
                 report.grants += 1;
+                report
+                    .per_kind
+                    .entry(kind_of(&resources, lock))
+                    .or_default()
+                    .grants += 1;
+                if let Some(pending) = pending.get_mut(&(p.clone(), lock.clone())) {
+                    pending.2 = false;
+                }
                 let invoked = last_invoke
                     .get(&(p.clone(), lock.clone()))
                     .copied()
                     .unwrap_or(*t);
-                by_key.insert((p.clone(), lock.clone(), *token), holds.len());
+                by_key
+                    .entry((p.clone(), lock.clone(), *token))
+                    .or_default()
+                    .push(holds.len());
                 holds.push(Hold {
                     p: p.clone(),
                     lock: lock.clone(),
@@ -196,6 +343,12 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     lost: None,
                     signalled: None,
                     release: None,
+                    release_sent: false,
+                    mode: *mode,
+                    permits: *permits,
+                    fenced: *fenced,
+                    downgrade: *downgrade,
+                    killed: false,
                 });
             }
             Event::Valid {
@@ -205,7 +358,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 token,
                 valid_until,
             } => {
-                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| !h.release_sent) {
                     holds[i].valid.push((*t, *valid_until));
                 }
             }
@@ -216,7 +369,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 token,
                 source,
             } => {
-                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| !h.release_sent) {
                     let hold = &mut holds[i];
                     hold.lost.get_or_insert(*t);
                     if source == "signal" && hold.signalled.is_none() {
@@ -248,7 +401,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 }
                 // Rule 4b: no write after the holder's own lease view ran
                 // out, unless it had been told.
-                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| !h.release_sent) {
                     let hold = &holds[i];
                     let until = hold.valid_until_at(*invoked);
                     let told = hold.lost.is_some_and(|l| l <= *invoked);
@@ -265,8 +418,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 }
             }
             Event::ReleaseInvoke { t, p, lock, token } => {
-                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| !h.release_sent) {
                     holds[i].end = holds[i].end.min(*t);
+                    holds[i].release_sent = true;
                 }
             }
             Event::ReleaseDone {
@@ -279,7 +433,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 if *outcome == ReleaseOutcome::NotHeld {
                     report.releases_not_held += 1;
                 }
-                if let Some(&i) = by_key.get(&(p.clone(), lock.clone(), *token)) {
+                if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| h.release.is_none()) {
                     holds[i].release = Some(*outcome);
                 }
             }
@@ -349,13 +503,40 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
         per_lock.entry(&hold.lock).or_default().push(hold);
     }
     for (lock, list) in &per_lock {
-        token_order(lock, list, &mut report.violations);
+        let fenced: Vec<&Hold> = list.iter().copied().filter(|h| h.fenced).collect();
+        token_order(lock, &fenced, &mut report.violations);
         let wipes = Wipes {
             faults: &data_loss,
             invokes: invokes.get(*lock).map_or(&[], Vec::as_slice),
             processes: started.len() as u64,
         };
-        overlaps(lock, list, &wipes, &mut report.violations);
+        let (kind, capacity) = resources
+            .get(*lock)
+            .map_or(("lock", 1), |(k, c)| (k.as_str(), *c));
+        let before = report.violations.len();
+        overlaps(lock, list, kind, capacity, &wipes, &mut report.violations);
+        report
+            .per_kind
+            .entry(kind.to_owned())
+            .or_default()
+            .violations += report.violations.len() - before;
+    }
+    let facts = Accounting {
+        holds: &holds,
+        uncertain: &uncertain,
+        reclaimed: &reclaimed,
+        data_loss: &data_loss,
+    };
+    for (lock, t, available) in &finals {
+        let Some((kind, capacity)) = resources.get(lock) else {
+            continue;
+        };
+        let line = facts.check(lock, kind, *capacity, *t, *available);
+        if let Some(violation) = &line.violation {
+            report.violations.push(violation.clone());
+            report.per_kind.entry(kind.clone()).or_default().violations += 1;
+        }
+        report.permits.push(line);
     }
     for (lock, list) in &writes {
         stale_writes(lock, list, &mut report.violations);
@@ -403,7 +584,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
 }
 
 /// Rule 1, by a sweep: grants in completion order against grants in
-/// invocation order.
+/// invocation order. A read may have the same token as an earlier grant.
 fn token_order(lock: &str, holds: &[&Hold], out: &mut Vec<Violation>) {
     let mut done: Vec<&Hold> = holds.to_vec();
     done.sort_by_key(|h| h.granted);
@@ -419,7 +600,10 @@ fn token_order(lock: &str, holds: &[&Hold], out: &mut Vec<Violation>) {
             i += 1;
         }
         if let Some(b) = best {
-            if b.token >= g.token {
+            // A read may share the token of the grant before it (readers
+            // joining a read hold, or its writer's downgrade): a read never
+            // writes with its token. Anything else needs a larger one.
+            if b.token > g.token || b.token == g.token && g.mode != Mode::Read {
                 out.push(Violation {
                     rule: "token-order",
                     t: g.granted,
@@ -490,7 +674,15 @@ impl Wipes<'_> {
             .faults
             .iter()
             .any(|&(began, healed)| began <= to && healed >= from);
-        if !under_way || later.token <= earlier.token {
+        if !under_way {
+            return false;
+        }
+        // Without fencing tokens nothing tells a wiped hold from a kept
+        // one: the fault alone excuses the pair.
+        if !earlier.fenced || !later.fenced {
+            return true;
+        }
+        if later.token <= earlier.token {
             return false;
         }
         let first = self.invokes.partition_point(|&t| t < from);
@@ -506,19 +698,36 @@ impl Wipes<'_> {
 /// arrival: its holder's own lease view had already ended when the grant
 /// reached it (a reply slower than the lease, or a holder paused between
 /// the server's grant and its record) and its token is the smaller one
-/// (the server made it first). Such a holder never held the lock as far as
-/// it knew, so it did nothing under it, and its lease ran out on the server
-/// before the next grant. A dead grant with the larger token is still an
-/// overlap: the server granted it while the other hold was there.
-fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violation>) {
+/// (the server made it first; without tokens, any dead grant). Such a
+/// holder never held the name as far as it knew, so it did nothing under
+/// it, and its lease ran out on the server before the next grant. A dead
+/// grant with the larger token is still an overlap: the server granted it
+/// while the other hold was there.
+///
+/// What counts as an overlap depends on the name's kind: any two holds of
+/// a lock; on a read-write lock, two holds unless both are reads (or one
+/// is its owner's downgrade of the other); on a semaphore, holds whose
+/// permits add up to more than its capacity.
+fn overlaps(
+    lock: &str,
+    holds: &[&Hold],
+    kind: &str,
+    capacity: u64,
+    wipes: &Wipes<'_>,
+    out: &mut Vec<Violation>,
+) {
     let mut sorted: Vec<&Hold> = holds.to_vec();
     sorted.sort_by_key(|h| h.granted);
-    for (i, a) in sorted.iter().enumerate() {
-        for b in &sorted[i + 1..] {
+    let semaphore = kind.contains("semaphore");
+    for (i, b) in sorted.iter().enumerate() {
+        let dead = b.valid_until_at(b.granted) <= b.granted;
+        // The earlier holds surely still held at b's grant, with why.
+        let mut held: Vec<(&Hold, String)> = Vec::new();
+        for a in &sorted[..i] {
             if b.granted >= a.end {
-                break;
+                continue;
             }
-            if b.valid_until_at(b.granted) <= b.granted && b.token < a.token {
+            if dead && (!a.fenced || !b.fenced || b.token < a.token) {
                 continue;
             }
             let confirmed = a.release == Some(ReleaseOutcome::Ok);
@@ -527,26 +736,142 @@ fn overlaps(lock: &str, holds: &[&Hold], wipes: &Wipes<'_>, out: &mut Vec<Violat
             if !confirmed && !within_view || wipes.wiped(a, b) {
                 continue;
             }
+            let why = if view == u64::MAX {
+                "the earlier hold has no lease and was not released yet".to_owned()
+            } else if confirmed {
+                "the server confirmed the earlier hold at its release".to_owned()
+            } else {
+                format!(
+                    "the earlier holder's lease view had {:.1} ms left",
+                    (view - b.granted) as f64 / 1e6
+                )
+            };
+            held.push((a, why));
+        }
+        if semaphore {
+            let used: u64 = held.iter().map(|(a, _)| a.permits).sum::<u64>() + b.permits;
+            if used > capacity {
+                out.push(Violation {
+                    rule: "overlap",
+                    t: b.granted,
+                    detail: format!(
+                        "{lock:?}: {} was granted {} permit(s) while {} held {} of its {capacity}: {}",
+                        b.p,
+                        b.permits,
+                        held.iter().map(|(a, _)| a.p.as_str()).collect::<Vec<_>>().join(", "),
+                        used - b.permits,
+                        held.iter().map(|(_, why)| why.as_str()).collect::<Vec<_>>().join("; "),
+                    ),
+                });
+            }
+            continue;
+        }
+        for (a, why) in held {
+            let both_read = a.mode == Mode::Read && b.mode == Mode::Read;
+            let own_downgrade = a.p == b.p && (a.downgrade || b.downgrade);
+            if both_read || own_downgrade {
+                continue;
+            }
             out.push(Violation {
                 rule: "overlap",
                 t: b.granted,
                 detail: format!(
-                    "{lock:?}: {} was granted (token {}) while {} held it (token {}): {}",
+                    "{lock:?}: {} was granted ({}, token {}) while {} held it ({}, token {}): {why}",
                     b.p,
+                    mode_name(b.mode),
                     b.token,
                     a.p,
+                    mode_name(a.mode),
                     a.token,
-                    if confirmed {
-                        "the server confirmed the earlier hold at its release".to_owned()
-                    } else {
-                        format!(
-                            "the earlier holder's lease view had {:.1} ms left",
-                            (view - b.granted) as f64 / 1e6
-                        )
-                    }
                 ),
             });
         }
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Read => "read",
+        Mode::Write => "write",
+    }
+}
+
+/// The kind of name `lock` (a lock unless its resource says otherwise).
+fn kind_of(resources: &HashMap<String, (String, u64)>, lock: &str) -> String {
+    resources
+        .get(lock)
+        .map_or_else(|| "lock".to_owned(), |(kind, _)| kind.clone())
+}
+
+/// What the history says about a semaphore's permits after the run.
+struct Accounting<'a> {
+    holds: &'a [Hold],
+    /// Acquires whose outcome is unknown: (lock, when, permits).
+    uncertain: &'a [(String, u64, u64)],
+    /// Permits the nemesis gave back: (lock, when, permits).
+    reclaimed: &'a [(String, u64, u64)],
+    data_loss: &'a [(u64, u64)],
+}
+
+impl Accounting<'_> {
+    /// Rule 6, permits accounted for: after the run, with every worker
+    /// gone and every lease over, a semaphore has all its permits back,
+    /// less what its history leaves unknown: permits of a counting
+    /// semaphore held by a killed process that the nemesis did not give
+    /// back, and (as a range) permits of acquires and releases whose
+    /// outcome is unknown. A permit semaphore's permits all come back with
+    /// their leases. Not checked after a restart or failover: it may have
+    /// wiped the count.
+    fn check(&self, lock: &str, kind: &str, capacity: u64, t: u64, available: i64) -> PermitsLine {
+        let mut line = PermitsLine {
+            lock: lock.to_owned(),
+            kind: kind.to_owned(),
+            capacity,
+            available,
+            expected: None,
+            violation: None,
+        };
+        if !self.data_loss.is_empty() {
+            return line;
+        }
+        let n = capacity as i64;
+        let (mut low, mut high) = (n, n);
+        if kind == "semaphore" {
+            for h in self.holds.iter().filter(|h| h.lock == lock) {
+                let p = h.permits as i64;
+                match h.release {
+                    Some(ReleaseOutcome::Ok) => {}
+                    // Released without an answer: given back or not.
+                    Some(_) => low -= p,
+                    None if h.killed => {
+                        low -= p;
+                        high -= p;
+                    }
+                    // Killed while its release was in flight.
+                    None if h.release_sent => low -= p,
+                    None => {}
+                }
+            }
+            for (_, _, p) in self.uncertain.iter().filter(|u| u.0 == lock) {
+                low -= *p as i64;
+            }
+            for (_, _, p) in self.reclaimed.iter().filter(|r| r.0 == lock) {
+                low += *p as i64;
+                high += *p as i64;
+            }
+        }
+        line.expected = Some((low, high));
+        if available < low || available > high {
+            line.violation = Some(Violation {
+                rule: "permits-accounting",
+                t,
+                detail: format!(
+                    "{lock:?} ({kind}, {capacity} permits): {available} available after the run, its history allows {low} to {high}"
+                ),
+            });
+        }
+        line
     }
 }
 
@@ -631,6 +956,7 @@ mod tests {
                 t,
                 p: s(p),
                 lock: s(lock),
+                permits: 1,
             },
             Event::AcquireOk {
                 t: t + MS,
@@ -638,6 +964,10 @@ mod tests {
                 lock: s(lock),
                 token,
                 valid_until: t + 900 * MS,
+                mode: Mode::Exclusive,
+                permits: 1,
+                fenced: true,
+                downgrade: false,
             },
             Event::Write {
                 invoked: t + 2 * MS,
@@ -717,6 +1047,7 @@ mod tests {
                 t: 0,
                 p: s("w2"),
                 lock: s("x"),
+                permits: 1,
             },
             Event::AcquireOk {
                 t: 120 * MS,
@@ -724,6 +1055,10 @@ mod tests {
                 lock: s("x"),
                 token,
                 valid_until: valid_until_ms * MS,
+                mode: Mode::Exclusive,
+                permits: 1,
+                fenced: true,
+                downgrade: false,
             },
             Event::Lost {
                 t: 120 * MS,
@@ -776,6 +1111,7 @@ mod tests {
                 t: 100 * MS,
                 p: s("w1"),
                 lock: s("x"),
+                permits: 1,
             },
             Event::AcquireOk {
                 t: 101 * MS,
@@ -783,6 +1119,10 @@ mod tests {
                 lock: s("x"),
                 token: 10,
                 valid_until: 115 * MS,
+                mode: Mode::Exclusive,
+                permits: 1,
+                fenced: true,
+                downgrade: false,
             },
             Event::Write {
                 invoked: 102 * MS,
@@ -981,6 +1321,7 @@ mod tests {
                     t: 100 * MS,
                     p: s("w1"),
                     lock: s("x"),
+                    permits: 1,
                 },
                 Event::AcquireOk {
                     t: 101 * MS,
@@ -988,6 +1329,10 @@ mod tests {
                     lock: s("x"),
                     token: 10,
                     valid_until: 1_000 * MS,
+                    mode: Mode::Exclusive,
+                    permits: 1,
+                    fenced: true,
+                    downgrade: false,
                 },
                 Event::ReleaseInvoke {
                     t: 1_500 * MS,
@@ -1100,6 +1445,7 @@ mod tests {
             t: 10 * MS,
             p: s("w1"),
             lock: s("x"),
+            permits: 1,
         });
         h.push(Event::AcquireFail {
             t: 2_010 * MS,
@@ -1113,6 +1459,7 @@ mod tests {
                 t: 100 * MS,
                 p: s("w2"),
                 lock: s("x"),
+                permits: 1,
             },
             Event::AcquireOk {
                 t: 101 * MS,
@@ -1120,6 +1467,10 @@ mod tests {
                 lock: s("x"),
                 token: 10,
                 valid_until: 110 * MS,
+                mode: Mode::Exclusive,
+                permits: 1,
+                fenced: true,
+                downgrade: false,
             },
             Event::Write {
                 invoked: 105 * MS,
@@ -1148,5 +1499,251 @@ mod tests {
         let report = check(&h, LEASE);
         assert!(report.violations.is_empty(), "{:?}", report.violations);
         assert_eq!(report.indeterminate_acquires, 1);
+    }
+
+    /// `hold`, as a hold of `mode` taking `permits`, fenced or not, its
+    /// owner's downgrade or not.
+    fn hold_as(
+        base: Vec<Event>,
+        mode: Mode,
+        permits: u64,
+        fenced: bool,
+        downgrade: bool,
+    ) -> Vec<Event> {
+        base.into_iter()
+            .filter(|e| fenced || !matches!(e, Event::Write { .. }))
+            .map(|mut e| {
+                if let Event::AcquireOk {
+                    mode: m,
+                    permits: n,
+                    fenced: f,
+                    downgrade: d,
+                    valid_until,
+                    ..
+                } = &mut e
+                {
+                    (*m, *n, *f, *d) = (mode, permits, fenced, downgrade);
+                    // A counting semaphore's hold has no lease.
+                    if !fenced && permits > 0 && mode == Mode::Exclusive {
+                        *valid_until = u64::MAX;
+                    }
+                }
+                if let Event::AcquireInvoke { permits: n, .. } = &mut e {
+                    *n = permits;
+                }
+                e
+            })
+            .collect()
+    }
+
+    fn resource(lock: &str, kind: &str, capacity: u64) -> Event {
+        Event::Resource {
+            t: 0,
+            lock: s(lock),
+            kind: s(kind),
+            capacity,
+        }
+    }
+
+    #[test]
+    fn readers_share_a_read_write_lock_and_writers_do_not() {
+        let ok = ReleaseOutcome::Ok;
+        let mut h = starts();
+        h.push(resource("x", "read-write", 1));
+        // Two readers overlap, sharing the token of the read hold.
+        h.extend(hold_as(
+            hold("w1", "x", 10, 100, ok),
+            Mode::Read,
+            1,
+            true,
+            false,
+        ));
+        h.extend(hold_as(
+            hold("w2", "x", 10, 120, ok),
+            Mode::Read,
+            1,
+            true,
+            false,
+        ));
+        assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+        // A writer inside a reader's hold is an overlap.
+        let mut w = h.clone();
+        w.extend(hold_as(
+            hold("w2", "x", 11, 130, ok),
+            Mode::Write,
+            1,
+            true,
+            false,
+        ));
+        assert!(rules(&w).contains(&"overlap"), "{:?}", rules(&w));
+        // A write hold sharing an earlier grant's token breaks token order.
+        let mut same = starts();
+        same.push(resource("x", "read-write", 1));
+        same.extend(hold_as(
+            hold("w1", "x", 10, 100, ok),
+            Mode::Write,
+            1,
+            true,
+            false,
+        ));
+        same.extend(hold_as(
+            hold("w2", "x", 10, 300, ok),
+            Mode::Write,
+            1,
+            true,
+            false,
+        ));
+        assert_eq!(rules(&same), ["token-order"]);
+    }
+
+    #[test]
+    fn a_downgrade_overlaps_only_its_own_write() {
+        let ok = ReleaseOutcome::Ok;
+        let mut h = starts();
+        h.push(resource("x", "read-write", 1));
+        h.extend(hold_as(
+            hold("w1", "x", 10, 100, ok),
+            Mode::Write,
+            1,
+            true,
+            false,
+        ));
+        // w1's own read hold, taken inside its write hold, same token.
+        h.extend(hold_as(
+            hold("w1", "x", 10, 120, ok),
+            Mode::Read,
+            1,
+            true,
+            true,
+        ));
+        assert!(rules(&h).is_empty(), "{:?}", rules(&h));
+        // Another owner's read inside w1's write is an overlap.
+        let mut other = h.clone();
+        other.extend(hold_as(
+            hold("w2", "x", 10, 130, ok),
+            Mode::Read,
+            1,
+            true,
+            false,
+        ));
+        assert!(rules(&other).contains(&"overlap"), "{:?}", rules(&other));
+    }
+
+    #[test]
+    fn semaphore_holds_beyond_the_capacity_overlap() {
+        let ok = ReleaseOutcome::Ok;
+        let sem = |p: &str, id: u64, at: u64, permits: u64| {
+            hold_as(
+                hold(p, "s", id, at, ok),
+                Mode::Exclusive,
+                permits,
+                false,
+                false,
+            )
+        };
+        let mut h = starts();
+        h.push(resource("s", "semaphore", 2));
+        h.extend(sem("w1", 1, 100, 1));
+        h.extend(sem("w2", 1, 110, 1));
+        assert!(rules(&h).is_empty(), "two of two: {:?}", rules(&h));
+        let mut three = h.clone();
+        three.push(Event::Start {
+            t: 0,
+            p: s("w3"),
+            client: s("c"),
+        });
+        three.extend(sem("w3", 1, 120, 1));
+        assert_eq!(rules(&three), ["overlap"]);
+        let mut two_and_one = starts();
+        two_and_one.push(resource("s", "semaphore", 2));
+        two_and_one.extend(sem("w1", 1, 100, 2));
+        two_and_one.extend(sem("w2", 1, 110, 1));
+        assert_eq!(rules(&two_and_one), ["overlap"]);
+        // Without tokens a restart between the grants excuses the pair.
+        let mut wiped = starts();
+        wiped.push(resource("s", "semaphore", 2));
+        wiped.extend(sem("w1", 1, 100, 2));
+        wiped.extend(fault(105 * MS, "restart", 106 * MS));
+        wiped.extend(sem("w2", 1, 110, 1));
+        assert!(rules(&wiped).is_empty(), "{:?}", rules(&wiped));
+    }
+
+    fn permits_after(lock: &str, available: i64) -> Event {
+        Event::Permits {
+            t: 10_000 * MS,
+            lock: s(lock),
+            available,
+        }
+    }
+
+    #[test]
+    fn permits_are_accounted_for_after_the_run() {
+        let ok = ReleaseOutcome::Ok;
+        let sem = |p: &str, at: u64, release| {
+            hold_as(
+                hold(p, "s", 1, at, release),
+                Mode::Exclusive,
+                1,
+                false,
+                false,
+            )
+        };
+        let mut h = starts();
+        h.push(resource("s", "semaphore", 2));
+        h.extend(sem("w1", 100, ok));
+        let mut exact = h.clone();
+        exact.push(permits_after("s", 2));
+        let report = check(&exact, LEASE);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.permits[0].expected, Some((2, 2)));
+        // One permit too many: given back twice somewhere.
+        let mut more = h.clone();
+        more.push(permits_after("s", 3));
+        assert_eq!(rules(&more), ["permits-accounting"]);
+        // A holder killed while holding keeps its permit (no lease) ...
+        let mut killed = starts();
+        killed.push(resource("s", "semaphore", 2));
+        killed.extend(sem("w1", 100, ok).into_iter().take(2));
+        killed.push(Event::Killed {
+            t: 120 * MS,
+            p: s("w1"),
+        });
+        let mut kept = killed.clone();
+        kept.push(permits_after("s", 1));
+        assert!(rules(&kept).is_empty(), "{:?}", rules(&kept));
+        let mut leaked_and_counted = killed.clone();
+        leaked_and_counted.push(permits_after("s", 2));
+        assert_eq!(rules(&leaked_and_counted), ["permits-accounting"]);
+        // ... unless the nemesis gave it back.
+        let mut given = killed.clone();
+        given.push(Event::Reclaimed {
+            t: 130 * MS,
+            lock: s("s"),
+            permits: 1,
+        });
+        given.push(permits_after("s", 2));
+        assert!(rules(&given).is_empty(), "{:?}", rules(&given));
+        // A release without an answer leaves a range.
+        let mut unknown = starts();
+        unknown.push(resource("s", "semaphore", 2));
+        unknown.extend(sem("w1", 100, ReleaseOutcome::Error));
+        for available in [1, 2] {
+            let mut u = unknown.clone();
+            u.push(permits_after("s", available));
+            assert!(rules(&u).is_empty(), "{available}: {:?}", rules(&u));
+        }
+        // After a restart the count is not accounted.
+        let mut restarted = h.clone();
+        restarted.extend(fault(200 * MS, "restart", 201 * MS));
+        for p in ["w1", "w2"] {
+            restarted.push(Event::Exit {
+                t: 202 * MS,
+                p: s(p),
+            });
+        }
+        restarted.push(permits_after("s", 5));
+        let report = check(&restarted, LEASE);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.permits[0].expected, None);
     }
 }

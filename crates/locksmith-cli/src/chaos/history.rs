@@ -41,6 +41,27 @@ pub(crate) enum ReleaseOutcome {
     Error,
 }
 
+/// How a hold holds its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Mode {
+    /// Alone (a lock), or as one of at most the name's capacity (permits).
+    #[default]
+    Exclusive,
+    /// A read hold: beside other reads, never beside another owner's write.
+    Read,
+    /// A write hold: beside nothing of another owner.
+    Write,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// One recorded event. `p` is the process (a worker generation, `w2.1`, or
 /// `nemesis`), `t` when the event happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,16 +75,43 @@ pub(crate) enum Event {
     Killed { t: u64, p: String },
     /// The nemesis started a worker process (live from here).
     Spawned { t: u64, p: String },
-    /// An acquire was sent.
-    AcquireInvoke { t: u64, p: String, lock: String },
+    /// What a name is: its kind (`lock`, `fair-lock`, `read-write`,
+    /// `semaphore`, `permit-semaphore`) and capacity (holders at once; a
+    /// semaphore's permits). Recorded by the nemesis at the start; a name
+    /// without one is an exclusive lock.
+    Resource {
+        t: u64,
+        lock: String,
+        kind: String,
+        capacity: u64,
+    },
+    /// An acquire was sent (for `permits` permits).
+    AcquireInvoke {
+        t: u64,
+        p: String,
+        lock: String,
+        #[serde(default = "one")]
+        permits: u64,
+    },
     /// An acquire was granted; `valid_until` is the holder's own view of
-    /// its lease end (monotonic clock).
+    /// its lease end (monotonic clock; `u64::MAX` for a hold without a
+    /// lease). `token` is the fencing token when `fenced`, else an id of
+    /// the hold unique in its process. A `downgrade` is a read hold its
+    /// owner took while holding the write hold.
     AcquireOk {
         t: u64,
         p: String,
         lock: String,
         token: u64,
         valid_until: u64,
+        #[serde(default)]
+        mode: Mode,
+        #[serde(default = "one")]
+        permits: u64,
+        #[serde(default = "yes")]
+        fenced: bool,
+        #[serde(default)]
+        downgrade: bool,
     },
     /// An acquire timed out, was refused or failed: indeterminate.
     AcquireFail {
@@ -127,6 +175,16 @@ pub(crate) enum Event {
     FaultFailed { t: u64, kind: String, error: String },
     /// A worker process ended with an error (not killed by the nemesis).
     WorkerFailed { t: u64, p: String, status: String },
+    /// The nemesis gave back `permits` permits of a semaphore whose holder
+    /// it killed (a counting semaphore has no lease to end them).
+    Reclaimed { t: u64, lock: String, permits: u64 },
+    /// After the run (every worker gone, every lease over): the permits a
+    /// semaphore had available.
+    Permits {
+        t: u64,
+        lock: String,
+        available: i64,
+    },
     /// The fault healed: every live worker must acquire again within
     /// lease + 1 s from here.
     FaultHeal {
@@ -155,6 +213,9 @@ impl Event {
             | Event::ReleaseInvoke { t, .. }
             | Event::ReleaseDone { t, .. }
             | Event::FaultStart { t, .. }
+            | Event::Resource { t, .. }
+            | Event::Reclaimed { t, .. }
+            | Event::Permits { t, .. }
             | Event::FaultHeal { t, .. } => *t,
         }
     }

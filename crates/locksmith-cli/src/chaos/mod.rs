@@ -1,8 +1,14 @@
 //! `locksmith chaos`: several worker processes loop acquire -> fenced
-//! writes -> release on a few shared lock names while a nemesis injects
+//! writes -> release on a few shared names while a nemesis injects
 //! faults, then a checker verifies the recorded history (see
 //! [`checker`] for the rules) and the run's figures are printed and
 //! written as JSON.
+//!
+//! The names are locks, fair locks, read-write locks (reads, writes and
+//! downgrades), counting semaphores, permit semaphores or MultiLocks over
+//! two locks, one kind for all or each name its own (`--kind mixed`); see
+//! [`worker::Kind`]. `--broken` runs each kind deliberately broken, to
+//! show the checker catches it.
 //!
 //! Faults (each at least once, in turn, then at random):
 //! - `kill`: SIGKILL of a worker holding a lock (a fresh worker takes its
@@ -12,6 +18,9 @@
 //!   gone);
 //! - `black-hole`: one worker's connection forwards nothing for a while;
 //! - `latency`: one worker's connection delays every packet;
+//! - `cut`: the reply to one worker's next script call is cut: the server
+//!   ran it, the connection is reset before the answer arrives (what makes
+//!   a client that resends the call apply it twice);
 //! - `failover` (with `--topology sentinel` or `cluster`): a primary is
 //!   killed and Sentinel (or the cluster) promotes its replica; the killed
 //!   node comes back as a replica.
@@ -88,14 +97,23 @@ pub(crate) struct ChaosArgs {
     /// holds it: no owner check) to show the checker catches it.
     #[arg(long)]
     broken_release: bool,
-    /// Which exclusive lock the workers take: the reentrant lock, the fair
-    /// lock, the read-write lock's write hold, or `mixed` (each name one
-    /// of the three, by position).
+    /// Run a deliberately broken primitive of each kind (locks give the
+    /// lock back at the grant and go on as holders; read-write writers
+    /// take read holds; semaphores give permits back twice) to show the
+    /// checker catches it.
+    #[arg(long)]
+    broken: bool,
+    /// Which primitive the workers take (`mixed`: each name one of lock,
+    /// fair, read-write, semaphore, permit, multi, by position).
     #[arg(long, value_enum, default_value_t = worker::Kind::Lock)]
     kind: worker::Kind,
+    /// Permits of each semaphore name.
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    permits: u64,
 }
 
-const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "latency"];
+const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "latency", "cut"];
 /// Behind Sentinel the workers reach the primary directly (it moves on a
 /// failover), so the proxies' network faults do not apply.
 const SENTINEL_FAULTS: &[&str] = &["kill", "pause", "failover"];
@@ -117,6 +135,19 @@ impl Deployment {
             Deployment::Single(s) => s.addr(),
             Deployment::Sentinel(g) => g.sentinel_addrs()[0].clone(),
             Deployment::Cluster(c) => c.addrs()[0].clone(),
+        }
+    }
+
+    /// The URL the nemesis itself uses (no proxy).
+    fn direct_url(&self) -> String {
+        match self {
+            Deployment::Single(s) => s.url(),
+            Deployment::Sentinel(g) => format!(
+                "redis+sentinel://{}/{}",
+                g.sentinel_addrs().join(","),
+                g.master_name()
+            ),
+            Deployment::Cluster(c) => format!("redis+cluster://{}", c.addrs().join(",")),
         }
     }
 
@@ -190,6 +221,14 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
     .map_err(|e| CliError::Other(format!("cannot start the servers: {e}")))?;
     let names: Vec<String> = (0..args.names).map(|i| format!("chaos:{i}")).collect();
     let exe = std::env::current_exe().map_err(|e| CliError::Other(e.to_string()))?;
+    // The nemesis's own client: gives back a killed holder's semaphore
+    // permits, and reads every semaphore's permits after the run.
+    let nemesis = locksmith::Client::builder(deployment.direct_url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .map_err(|e| CliError::Other(format!("cannot reach the lock server: {e}")))?;
+    let kinds: Vec<worker::Kind> = (0..names.len()).map(|i| args.kind.of_name(i)).collect();
 
     let mut slots = Vec::new();
     for index in 0..args.workers {
@@ -225,6 +264,9 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             .arg("--out")
             .arg(dir.join(format!("{}.jsonl", slot.name)))
             .args(args.broken_release.then_some("--broken-release"))
+            .args(args.broken.then_some("--broken"))
+            .arg("--permits")
+            .arg(args.permits.to_string())
             .arg("--kind")
             .arg(
                 clap::ValueEnum::to_possible_value(&args.kind)
@@ -239,6 +281,16 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         Ok(())
     };
     let mut events: Vec<Event> = Vec::new();
+    for (name, kind) in names.iter().zip(&kinds) {
+        let (kind, capacity) = kind.resource(args.permits);
+        events.push(Event::Resource {
+            t: now(),
+            lock: name.clone(),
+            kind: kind.into(),
+            capacity,
+        });
+    }
+    seed(&nemesis, &names, &kinds, args.permits, &mut events).await;
     for slot in &mut slots {
         spawn(slot, &deployment)?;
         events.push(Event::Spawned {
@@ -277,11 +329,17 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             &mut events,
         )
         .await;
+        if matches!(kind, "restart" | "failover") {
+            // As an operator would after data loss: the semaphores get
+            // their permits again (only where the count is gone).
+            seed(&nemesis, &names, &kinds, args.permits, &mut events).await;
+        }
         match fault {
             Ok(Some(respawn)) => {
                 // A killed worker's slot gets a fresh process.
                 let slot = &mut slots[respawn];
                 let killed = slot.name.clone();
+                reclaim(&nemesis, &killed, &names, &kinds, &dir, &mut events).await;
                 slot.generation += 1;
                 spawn(slot, &deployment)?;
                 events.push(Event::Spawned {
@@ -336,6 +394,36 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             }
         }
     }
+    // Every semaphore's permits, once every lease is over.
+    if kinds
+        .iter()
+        .any(|k| matches!(k, worker::Kind::Semaphore | worker::Kind::Permit))
+    {
+        tokio::time::sleep(args.lease + Duration::from_millis(500)).await;
+        for (name, kind) in names.iter().zip(&kinds) {
+            let available = match kind {
+                worker::Kind::Semaphore => {
+                    retried(|| async { nemesis.semaphore(name)?.available().await }).await
+                }
+                worker::Kind::Permit => {
+                    retried(|| async { nemesis.expirable_semaphore(name)?.available().await }).await
+                }
+                _ => continue,
+            };
+            match available {
+                Ok(available) => events.push(Event::Permits {
+                    t: now(),
+                    lock: name.clone(),
+                    available,
+                }),
+                Err(e) => events.push(Event::FaultFailed {
+                    t: now(),
+                    kind: "permits".into(),
+                    error: format!("cannot read the permits of {name}: {e}"),
+                }),
+            }
+        }
+    }
     // Merge every worker's history with the nemesis's.
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| CliError::Other(e.to_string()))?
@@ -365,6 +453,8 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             "lease_ms": args.lease.as_millis() as u64,
             "topology": format!("{:?}", args.topology).to_lowercase(),
             "broken_release": args.broken_release,
+            "broken": args.broken,
+            "permits": args.permits,
             "kind": args.kind,
             "report": report,
         });
@@ -375,6 +465,7 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         .map_err(|e| CliError::Other(e.to_string()))?;
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = nemesis.close_within(Duration::from_secs(2)).await;
     drop((deployment, resource));
     Ok(if report.violations.is_empty() {
         0
@@ -429,13 +520,140 @@ async fn holders(
             Event::Start { client, .. } => Some(client.clone()),
             _ => None,
         });
-        if let Some(client) = client {
-            if owners.iter().any(|o| o.starts_with(&client)) {
-                found.push(i);
-            }
+        let on_server = client.is_some_and(|c| owners.iter().any(|o| o.starts_with(&c)));
+        // Semaphores keep no owner on the server: the worker's own record
+        // (granted, release not sent) tells.
+        if on_server || holds_by_history(&events) {
+            found.push(i);
         }
     }
     found
+}
+
+/// Whether a worker's history ends inside a hold: a grant after which no
+/// release was sent.
+fn holds_by_history(events: &[Event]) -> bool {
+    let mut open = 0i64;
+    for event in events {
+        match event {
+            Event::AcquireOk { .. } => open += 1,
+            Event::ReleaseInvoke { .. } => open -= 1,
+            _ => {}
+        }
+    }
+    open > 0
+}
+
+/// Runs `call` up to three times, 200 ms apart, while it fails with a
+/// connection error (the nemesis's connection breaks with every restart
+/// and failover). Only for calls that may be repeated.
+async fn retried<T, F, Fut>(call: F) -> locksmith::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = locksmith::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match call().await {
+            Err(e) if tries < 3 && e.kind() == locksmith::ErrorKind::Connection => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Sets every semaphore name's permits where the count is gone (after a
+/// restart or failover that may have lost it).
+async fn seed(
+    nemesis: &locksmith::Client,
+    names: &[String],
+    kinds: &[worker::Kind],
+    permits: u64,
+    events: &mut Vec<Event>,
+) {
+    for (name, kind) in names.iter().zip(kinds) {
+        let set = match kind {
+            worker::Kind::Semaphore => {
+                retried(|| async { nemesis.semaphore(name)?.try_set_permits(permits).await }).await
+            }
+            worker::Kind::Permit => {
+                retried(|| async {
+                    nemesis
+                        .expirable_semaphore(name)?
+                        .try_set_permits(permits)
+                        .await
+                })
+                .await
+            }
+            _ => continue,
+        };
+        if let Err(e) = set {
+            events.push(Event::FaultFailed {
+                t: now(),
+                kind: "seed".into(),
+                error: format!("cannot set the permits of {name}: {e}"),
+            });
+        }
+    }
+}
+
+/// Gives back the counting-semaphore permits the killed process `p` held
+/// (granted, no release sent: a counting semaphore has no lease to end
+/// them), as an operator would, and records it. A hold whose grant or
+/// release was in flight at the kill is left alone: its outcome is unknown.
+async fn reclaim(
+    nemesis: &locksmith::Client,
+    p: &str,
+    names: &[String],
+    kinds: &[worker::Kind],
+    dir: &std::path::Path,
+    events: &mut Vec<Event>,
+) {
+    let history = history::read(&dir.join(format!("{p}.jsonl"))).unwrap_or_default();
+    // (lock, token) -> permits, for holds granted and not released.
+    let mut open: Vec<(String, u64, u64)> = Vec::new();
+    for event in &history {
+        match event {
+            Event::AcquireOk {
+                lock,
+                token,
+                permits,
+                ..
+            } => open.push((lock.clone(), *token, *permits)),
+            Event::ReleaseInvoke { lock, token, .. } => {
+                open.retain(|(l, t, _)| !(l == lock && t == token));
+            }
+            _ => {}
+        }
+    }
+    for (lock, _, permits) in open {
+        let semaphore = names
+            .iter()
+            .position(|n| *n == lock)
+            .is_some_and(|i| kinds[i] == worker::Kind::Semaphore);
+        if !semaphore {
+            continue;
+        }
+        // Not resent: giving permits back twice would add permits.
+        let given = match nemesis.semaphore(&lock) {
+            Ok(s) => s.release(permits).await,
+            Err(e) => Err(e),
+        };
+        match given {
+            Ok(()) => events.push(Event::Reclaimed {
+                t: now(),
+                lock,
+                permits,
+            }),
+            Err(e) => events.push(Event::FaultFailed {
+                t: now(),
+                kind: "reclaim".into(),
+                error: format!("cannot give back {permits} permit(s) of {lock}: {e}"),
+            }),
+        }
+    }
 }
 
 /// Injects one fault of `kind` and waits until it healed. Answers the slot
@@ -534,6 +752,28 @@ async fn inject(
                 target: slot.name.clone(),
             });
         }
+        "cut" => {
+            let i = rand::random_range(0..slots.len());
+            let slot = &slots[i];
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+                holder: false,
+            });
+            let before = slot.proxy.cuts();
+            slot.proxy.cut_reply_after(b"EVALSHA");
+            let until = Instant::now() + lease + lease / 2;
+            while slot.proxy.cuts() == before && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            slot.proxy.disarm_cut();
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target: slot.name.clone(),
+            });
+        }
         "restart" => {
             let Deployment::Single(server) = deployment else {
                 return Err("restart needs the single topology".into());
@@ -626,6 +866,8 @@ fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
         elapsed.as_secs_f64(),
         if args.broken_release {
             ", BROKEN release (no owner check)"
+        } else if args.broken {
+            ", BROKEN primitives"
         } else {
             ""
         }
@@ -666,6 +908,26 @@ fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
         "  longest recovery after a fault: {} ms (limit: lease + 1 s; {} recoveries checked, {} skipped: another fault or the end inside the window)",
         report.longest_recovery_ms, report.recoveries_checked, report.recoveries_skipped
     );
+    for (kind, f) in &report.per_kind {
+        println!(
+            "  {kind}: acquires {}  grants {}  violations {}",
+            f.acquires, f.grants, f.violations
+        );
+    }
+    for line in &report.permits {
+        println!(
+            "  permits of {} ({}): {} of {} available after the run, {}",
+            line.lock,
+            line.kind,
+            line.available,
+            line.capacity,
+            match line.expected {
+                Some((low, high)) if low == high => format!("history allows exactly {low}"),
+                Some((low, high)) => format!("history allows {low} to {high}"),
+                None => "not checked (a restart or failover may have wiped the count)".into(),
+            }
+        );
+    }
     println!("  violations: {}", report.violations.len());
     for v in report.violations.iter().take(20) {
         println!("    [{}] {}", v.rule, v.detail);

@@ -1,14 +1,18 @@
-//! One chaos worker process: loops acquire -> fenced writes -> release on a
-//! few shared lock names until its deadline, recording every step.
+//! One chaos worker process: loops acquire -> hold (fenced writes where the
+//! kind has fencing tokens) -> release on a few shared names until its
+//! deadline, recording every step.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use locksmith::{Client, ErrorKind};
+use locksmith::{
+    Client, ErrorKind, LockGuard, MultiGuard, Permit, ReadWriteLock, SemaphorePermits,
+};
 
-use super::history::{now, Event, ReleaseOutcome, WriteOutcome};
+use super::history::{now, Event, Mode, ReleaseOutcome, WriteOutcome};
 
 /// Arguments of the hidden `locksmith chaos-worker` command.
 #[derive(Debug, Clone, clap::Args)]
@@ -38,14 +42,23 @@ pub(crate) struct WorkerArgs {
     /// (skips the owner check), to show the checker catches it.
     #[arg(long)]
     pub(crate) broken_release: bool,
-    /// Which exclusive lock the names are (with `mixed`, by name).
+    /// Deliberately broken primitive, each kind its own way (see
+    /// [`Kind`]), to show the checker catches it.
+    #[arg(long)]
+    pub(crate) broken: bool,
+    /// Which primitive the names are (with `mixed`, by name).
     #[arg(long, value_enum, default_value_t = Kind::Lock)]
     pub(crate) kind: Kind,
+    /// Permits of each semaphore name.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) permits: u64,
 }
 
-/// The exclusive locks a chaos run can hold: each grants one holder at a
-/// time a fencing token, so the checker's exclusion and fencing rules hold
-/// for all of them.
+/// The primitives a chaos run can hold. With `--broken` each misbehaves in
+/// its own way: the exclusive locks give the lock back on the server right
+/// after the grant while the worker goes on as the holder; a read-write
+/// writer takes a read hold and acts as the writer; the semaphores give
+/// every permit back twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Kind {
@@ -53,21 +66,68 @@ pub(crate) enum Kind {
     Lock,
     /// The fair lock (first come, first served).
     Fair,
-    /// The read-write lock's write hold.
+    /// The read-write lock's write hold only.
     Write,
-    /// Every name one of the above, by its position: lock, fair, write,
-    /// lock, ...
+    /// The read-write lock: reads and writes, some writes downgraded to a
+    /// read before their release.
+    ReadWrite,
+    /// The counting semaphore (no lease: a killed holder's permits stay
+    /// taken until the nemesis gives them back).
+    Semaphore,
+    /// The permit semaphore (permits with leases).
+    Permit,
+    /// A MultiLock over two reentrant locks, against plain holders of its
+    /// members.
+    Multi,
+    /// Every name one of the above, by its position: lock, fair,
+    /// read-write, semaphore, permit, multi, lock, ...
     Mixed,
 }
+
+/// The kinds `mixed` cycles through, by name position.
+const MIXED: [Kind; 6] = [
+    Kind::Lock,
+    Kind::Fair,
+    Kind::ReadWrite,
+    Kind::Semaphore,
+    Kind::Permit,
+    Kind::Multi,
+];
 
 impl Kind {
     /// The kind of the `index`-th name.
     pub(crate) fn of_name(self, index: usize) -> Kind {
         match self {
-            Kind::Mixed => [Kind::Lock, Kind::Fair, Kind::Write][index % 3],
+            Kind::Mixed => MIXED[index % MIXED.len()],
             kind => kind,
         }
     }
+
+    /// The checker's view of a name of this kind: its resource kind and
+    /// capacity (holders at once; readers do not count).
+    pub(crate) fn resource(self, permits: u64) -> (&'static str, u64) {
+        match self {
+            Kind::Semaphore => ("semaphore", permits),
+            Kind::Permit => ("permit-semaphore", permits),
+            Kind::ReadWrite | Kind::Write => ("read-write", 1),
+            Kind::Fair => ("fair-lock", 1),
+            Kind::Lock | Kind::Multi | Kind::Mixed => ("lock", 1),
+        }
+    }
+
+    /// Whether holds of this kind carry fencing tokens (and write to the
+    /// fenced store).
+    fn fenced(self) -> bool {
+        !matches!(self, Kind::Semaphore | Kind::Permit)
+    }
+}
+
+/// The MultiLock partner of name `index`: the next other name that is a
+/// plain lock or a MultiLock member.
+fn partner(kind: Kind, names: usize, index: usize) -> Option<usize> {
+    (1..names)
+        .map(|d| (index + d) % names)
+        .find(|&j| matches!(kind.of_name(j), Kind::Lock | Kind::Multi))
 }
 
 /// Appends events to the history file, one flushed line each, so a
@@ -117,182 +177,565 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         p: rec.p.clone(),
         client: client.id().hyphenated().to_string(),
     });
-    let deadline = tokio::time::Instant::now() + args.duration;
+    let mut worker = Worker {
+        client,
+        resource,
+        args,
+        rec,
+        seeded: HashSet::new(),
+        seq: 0,
+        rw: None,
+    };
+    let deadline = tokio::time::Instant::now() + worker.args.duration;
     let mut round: u64 = 0;
     while tokio::time::Instant::now() < deadline {
         round += 1;
         // Workers start on different names (by slot), then cycle.
-        let slot: usize = args.name.bytes().map(usize::from).sum();
-        let index = (round as usize + slot) % args.names.len();
-        let kind = args.kind.of_name(index);
-        hold_once(&client, &resource, &args.names[index], kind, &args, &rec).await;
+        let slot: usize = worker.args.name.bytes().map(usize::from).sum();
+        let index = (round as usize + slot) % worker.args.names.len();
+        worker.hold_once(index, round).await;
     }
-    rec.record(Event::Exit {
+    worker.rec.record(Event::Exit {
         t: now(),
-        p: rec.p.clone(),
+        p: worker.rec.p.clone(),
     });
     Ok(())
 }
 
-/// One acquire -> writes -> release cycle on `name`.
-async fn hold_once(
-    client: &Client,
-    resource: &Client,
-    name: &str,
-    kind: Kind,
-    args: &WorkerArgs,
+/// What a worker holds.
+enum Taken {
+    /// A lock's hold (reentrant, fair, read or write).
+    Guard(LockGuard),
+    /// A MultiLock's members.
+    Multi(MultiGuard),
+    /// Counting-semaphore permits.
+    Permits(SemaphorePermits),
+    /// A permit-semaphore permit.
+    Permit(Permit),
+}
+
+impl Taken {
+    /// The holder's view of how much of its lease is left (`None`: the
+    /// hold has no lease).
+    fn remaining(&self) -> Option<Duration> {
+        match self {
+            Taken::Guard(g) => Some(g.remaining_lease()),
+            Taken::Multi(g) => g.guards().iter().map(LockGuard::remaining_lease).min(),
+            Taken::Permits(_) => None,
+            Taken::Permit(p) => Some(p.remaining_lease()),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Taken::Guard(g) => g.is_lost(),
+            Taken::Multi(g) => g.is_lost(),
+            Taken::Permits(_) => false,
+            Taken::Permit(p) => p.is_lost(),
+        }
+    }
+
+    /// A future that ends when the lease is lost (never for no lease).
+    fn lost(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match self {
+            Taken::Guard(g) => {
+                let signal = g.lost();
+                Box::pin(async move { signal.wait().await })
+            }
+            Taken::Multi(g) => Box::pin(g.lost()),
+            Taken::Permits(_) => Box::pin(std::future::pending()),
+            Taken::Permit(p) => {
+                let signal = p.lost();
+                Box::pin(async move { signal.wait().await })
+            }
+        }
+    }
+
+    async fn release(self) -> locksmith::Result<()> {
+        match self {
+            Taken::Guard(g) => g.release().await,
+            Taken::Multi(g) => g.release().await,
+            Taken::Permits(p) => p.release().await,
+            Taken::Permit(p) => p.release().await,
+        }
+    }
+}
+
+/// Records `taken`'s lost signal for each of `records` (lock, token) the
+/// moment it fires; abort the task when the hold ends.
+fn watch(
     rec: &Recorder,
-) {
-    let p = rec.p.clone();
-    rec.record(Event::AcquireInvoke {
-        t: now(),
-        p: p.clone(),
-        lock: name.to_owned(),
-    });
-    let wait = args.lease * 2;
-    let acquired = match kind {
-        Kind::Fair => match client.fair_lock(name) {
-            Ok(lock) => lock.try_lock_for(wait).await,
-            Err(e) => Err(e),
-        },
-        Kind::Write => match client.read_write_lock(name) {
-            Ok(lock) => lock.try_write_for(wait).await,
-            Err(e) => Err(e),
-        },
-        Kind::Lock | Kind::Mixed => match client.lock(name) {
-            Ok(lock) => lock.try_lock_for(wait).await,
-            Err(e) => Err(e),
-        },
-    };
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
-        Ok(None) => {
-            rec.record(Event::AcquireFail {
-                t: now(),
-                p,
-                lock: name.to_owned(),
-                error: "not granted within the wait".into(),
-            });
-            return;
-        }
-        Err(e) => {
-            rec.record(Event::AcquireFail {
-                t: now(),
-                p,
-                lock: name.to_owned(),
-                error: e.to_string(),
-            });
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            return;
-        }
-    };
-    let token = guard.fencing_token();
-    // One clock reading for the grant and its lease view: a grant whose
-    // lease was already over when it arrived records a view ending at the
-    // grant itself (the checker tells such a grant by that).
-    let granted = now();
-    rec.record(Event::AcquireOk {
-        t: granted,
-        p: p.clone(),
-        lock: name.to_owned(),
-        token,
-        valid_until: granted + guard.remaining_lease().as_nanos() as u64,
-    });
-    // The lost signal, recorded the moment it fires.
-    let watcher = {
-        let (lost, rec, p, lock) = (guard.lost(), rec.clone(), p.clone(), name.to_owned());
-        tokio::spawn(async move {
-            lost.wait().await;
+    taken: &Taken,
+    records: Vec<(String, u64)>,
+) -> tokio::task::JoinHandle<()> {
+    let lost = taken.lost();
+    let rec = rec.clone();
+    tokio::spawn(async move {
+        lost.await;
+        let t = now();
+        for (lock, token) in records {
             rec.record(Event::Lost {
-                t: now(),
-                p,
+                t,
+                p: rec.p.clone(),
                 lock,
                 token,
                 source: "signal".into(),
             });
-        })
-    };
-    let store = resource.fenced_store(format!("chaos-store:{name}"));
-    let noticed = || {
-        rec.record(Event::Lost {
-            t: now(),
-            p: p.clone(),
-            lock: name.to_owned(),
-            token,
-            source: "poll".into(),
-        })
-    };
-    for i in 0..3u32 {
-        // One reading of the lease decides both the record and the write.
-        let t0 = now();
-        let left = guard.remaining_lease();
-        if left.is_zero() {
-            noticed();
-            break;
         }
-        rec.record(Event::Valid {
-            t: t0,
-            p: p.clone(),
-            lock: name.to_owned(),
-            token,
-            valid_until: t0 + left.as_nanos() as u64,
-        });
-        let invoked = t0;
-        let outcome = match &store {
-            Ok(store) => match store.write(token, format!("{p}:{i}").as_bytes()).await {
-                Ok(()) => WriteOutcome::Accepted,
-                Err(e) if e.kind() == ErrorKind::StaleToken => WriteOutcome::Stale,
-                Err(_) => WriteOutcome::Error,
+    })
+}
+
+/// One recorded hold of one name (a MultiLock has one per member).
+struct Part {
+    lock: String,
+    token: u64,
+    fenced: bool,
+}
+
+struct Worker {
+    client: Client,
+    resource: Client,
+    args: WorkerArgs,
+    rec: Recorder,
+    /// Semaphore names whose permits this process has set (again after a
+    /// timeout: a restarted server forgets them).
+    seeded: HashSet<String>,
+    /// Ids of holds without fencing tokens, unique in this process.
+    seq: u64,
+    /// The read-write lock of the write hold now held, for a downgrade.
+    rw: Option<ReadWriteLock>,
+}
+
+impl Worker {
+    fn p(&self) -> String {
+        self.rec.p.clone()
+    }
+
+    /// Sets a semaphore's permits unless set (the first time, and after a
+    /// timeout, which a restart that wiped them causes).
+    async fn seed(&mut self, name: &str, kind: Kind) {
+        if self.seeded.contains(name) {
+            return;
+        }
+        let permits = self.args.permits;
+        let set = match kind {
+            Kind::Semaphore => match self.client.semaphore(name) {
+                Ok(s) => s.try_set_permits(permits).await,
+                Err(e) => Err(e),
             },
-            Err(_) => WriteOutcome::Error,
+            _ => match self.client.expirable_semaphore(name) {
+                Ok(s) => s.try_set_permits(permits).await,
+                Err(e) => Err(e),
+            },
         };
-        rec.record(Event::Write {
-            invoked,
+        if set.is_ok() {
+            self.seeded.insert(name.to_owned());
+        }
+    }
+
+    /// Acquires name `index` as its kind wants; answers the hold, its
+    /// recorded parts and their mode.
+    async fn acquire(
+        &mut self,
+        index: usize,
+        round: u64,
+        permits: u64,
+        partner: Option<usize>,
+    ) -> Result<Option<(Taken, Vec<Part>, Mode)>, locksmith::Error> {
+        let names = &self.args.names;
+        let name = names[index].clone();
+        let kind = self.args.kind.of_name(index);
+        let wait = self.args.lease * 2;
+        let c = &self.client;
+        let guard = |g: Option<LockGuard>| {
+            g.map(|g| {
+                let part = Part {
+                    lock: name.clone(),
+                    token: g.fencing_token(),
+                    fenced: true,
+                };
+                (Taken::Guard(g), vec![part])
+            })
+        };
+        let seq = {
+            self.seq += 1;
+            self.seq
+        };
+        let unfenced = |lock: &str| Part {
+            lock: lock.to_owned(),
+            token: seq,
+            fenced: false,
+        };
+        let taken = match kind {
+            Kind::Fair => guard(c.fair_lock(&name)?.try_lock_for(wait).await?),
+            Kind::Write => guard(c.read_write_lock(&name)?.try_write_for(wait).await?),
+            Kind::ReadWrite => {
+                // Every third round a reader; with `--broken` a "writer"
+                // takes a read hold and acts as the writer.
+                let lock = c.read_write_lock(&name)?;
+                let reads = round.is_multiple_of(3);
+                let g = if reads || self.args.broken {
+                    lock.try_read_for(wait).await?
+                } else {
+                    lock.try_write_for(wait).await?
+                };
+                let mode = if reads { Mode::Read } else { Mode::Write };
+                if !reads {
+                    self.rw = Some(lock);
+                }
+                return Ok(guard(g).map(|(t, parts)| (t, parts, mode)));
+            }
+            Kind::Semaphore => {
+                self.seed(&name, kind).await;
+                let sem = self.client.semaphore(&name)?;
+                return Ok(sem
+                    .try_acquire_for(permits, wait)
+                    .await?
+                    .map(|p| (Taken::Permits(p), vec![unfenced(&name)], Mode::Exclusive)));
+            }
+            Kind::Permit => {
+                self.seed(&name, kind).await;
+                let sem = self.client.expirable_semaphore(&name)?;
+                return Ok(sem
+                    .try_acquire_for(wait)
+                    .await?
+                    .map(|p| (Taken::Permit(p), vec![unfenced(&name)], Mode::Exclusive)));
+            }
+            Kind::Multi => match partner {
+                // Every other round the MultiLock, else a plain lock of the
+                // member, which the MultiLock must exclude.
+                Some(j) => {
+                    let multi = c.multi_lock([name.clone(), names[j].clone()])?;
+                    multi.try_lock_for(wait).await?.map(|g| {
+                        let parts = g
+                            .fencing_tokens()
+                            .into_iter()
+                            .map(|(lock, token)| Part {
+                                lock: lock.to_owned(),
+                                token,
+                                fenced: true,
+                            })
+                            .collect();
+                        (Taken::Multi(g), parts)
+                    })
+                }
+                None => guard(c.lock(&name)?.try_lock_for(wait).await?),
+            },
+            Kind::Lock | Kind::Mixed => guard(c.lock(&name)?.try_lock_for(wait).await?),
+        };
+        Ok(taken.map(|(t, parts)| (t, parts, Mode::Exclusive)))
+    }
+
+    /// One acquire -> hold -> release cycle on name `index`.
+    async fn hold_once(&mut self, index: usize, round: u64) {
+        let p = self.p();
+        let name = self.args.names[index].clone();
+        let kind = self.args.kind.of_name(index);
+        // Counting-semaphore holds take one or two permits.
+        let permits = match kind {
+            Kind::Semaphore => 1 + round % self.args.permits.clamp(1, 2),
+            _ => 1,
+        };
+        // Every other round of a MultiLock name takes the MultiLock with its
+        // partner; each member's acquire is on record.
+        let partner = match kind {
+            Kind::Multi if round.is_multiple_of(2) => {
+                partner(self.args.kind, self.args.names.len(), index)
+            }
+            _ => None,
+        };
+        let asked: Vec<String> = std::iter::once(name.clone())
+            .chain(partner.map(|j| self.args.names[j].clone()))
+            .collect();
+        for lock in &asked {
+            self.rec.record(Event::AcquireInvoke {
+                t: now(),
+                p: p.clone(),
+                lock: lock.clone(),
+                permits,
+            });
+        }
+        let failed = |rec: &Recorder, error: String| {
+            let t = now();
+            for lock in &asked {
+                rec.record(Event::AcquireFail {
+                    t,
+                    p: p.clone(),
+                    lock: lock.clone(),
+                    error: error.clone(),
+                });
+            }
+        };
+        let (taken, parts, mode) = match self.acquire(index, round, permits, partner).await {
+            Ok(Some(taken)) => taken,
+            Ok(None) => {
+                failed(&self.rec, "not granted within the wait".into());
+                // A restart may have wiped a semaphore's permits.
+                self.seeded.remove(&name);
+                return;
+            }
+            Err(e) => {
+                failed(&self.rec, e.to_string());
+                self.seeded.remove(&name);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return;
+            }
+        };
+        // One clock reading for the grant and its lease view: a grant whose
+        // lease was already over when it arrived records a view ending at the
+        // grant itself (the checker tells such a grant by that).
+        let granted = now();
+        let view = |t: u64, left: Option<Duration>| {
+            left.map_or(u64::MAX, |left| t + left.as_nanos() as u64)
+        };
+        let valid_until = view(granted, taken.remaining());
+        for part in &parts {
+            self.rec.record(Event::AcquireOk {
+                t: granted,
+                p: p.clone(),
+                lock: part.lock.clone(),
+                token: part.token,
+                valid_until,
+                mode,
+                permits,
+                fenced: part.fenced,
+                downgrade: false,
+            });
+        }
+        // The broken exclusive kinds: the server's hold is given back now;
+        // the worker goes on as the holder.
+        let taken = if self.args.broken && kind.fenced() && kind != Kind::ReadWrite {
+            let _ = taken.release().await;
+            None
+        } else {
+            Some(taken)
+        };
+        // The lost signal, recorded the moment it fires.
+        let watcher = taken.as_ref().map(|taken| {
+            let records = parts.iter().map(|q| (q.lock.clone(), q.token)).collect();
+            watch(&self.rec, taken, records)
+        });
+        let noticed = |rec: &Recorder| {
+            let t = now();
+            for part in &parts {
+                rec.record(Event::Lost {
+                    t,
+                    p: p.clone(),
+                    lock: part.lock.clone(),
+                    token: part.token,
+                    source: "poll".into(),
+                });
+            }
+        };
+        let stores: Vec<_> = parts
+            .iter()
+            .filter(|q| q.fenced)
+            .map(|q| {
+                (
+                    q.lock.clone(),
+                    q.token,
+                    self.resource
+                        .fenced_store(format!("chaos-store:{}", q.lock)),
+                )
+            })
+            .collect();
+        // The same lease view as the grant's for a broken hold (nothing is
+        // renewed any more).
+        let left = |taken: &Option<Taken>, t: u64| match taken {
+            Some(taken) => view(t, taken.remaining()),
+            None => valid_until,
+        };
+        for i in 0..3u32 {
+            // One reading of the lease decides both the record and the write.
+            let t0 = now();
+            let until = left(&taken, t0);
+            if until <= t0 {
+                noticed(&self.rec);
+                break;
+            }
+            for part in &parts {
+                self.rec.record(Event::Valid {
+                    t: t0,
+                    p: p.clone(),
+                    lock: part.lock.clone(),
+                    token: part.token,
+                    valid_until: until,
+                });
+            }
+            // Readers only read; the fenced kinds' holders write.
+            if mode != Mode::Read {
+                for (lock, token, store) in &stores {
+                    let outcome = match store {
+                        Ok(store) => {
+                            match store.write(*token, format!("{p}:{i}").as_bytes()).await {
+                                Ok(()) => WriteOutcome::Accepted,
+                                Err(e) if e.kind() == ErrorKind::StaleToken => WriteOutcome::Stale,
+                                Err(_) => WriteOutcome::Error,
+                            }
+                        }
+                        Err(_) => WriteOutcome::Error,
+                    };
+                    self.rec.record(Event::Write {
+                        invoked: t0,
+                        t: now(),
+                        p: p.clone(),
+                        lock: lock.clone(),
+                        token: *token,
+                        outcome,
+                    });
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A downgrade (every fourth write of a read-write lock): a read hold
+        // taken while the write hold is held, kept past the write's release.
+        let downgrade = match (&taken, kind, mode) {
+            (Some(Taken::Guard(_)), Kind::ReadWrite, Mode::Write) if round % 4 == 1 => {
+                self.downgrade(&name).await
+            }
+            _ => None,
+        };
+        // A loss noticed now is on record before the release is sent (the
+        // watcher may not have run yet; the checker keeps the first record).
+        if taken.as_ref().is_some_and(Taken::is_lost) {
+            noticed(&self.rec);
+        }
+        let outcome = self.release(&parts, taken, kind, permits, &name).await;
+        if let Some(w) = watcher {
+            w.abort();
+        }
+        self.rw = None;
+        self.record_release(&parts, outcome);
+        if let Some((read, token, watcher)) = downgrade {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let part = Part {
+                lock: name.clone(),
+                token,
+                fenced: true,
+            };
+            let part = std::slice::from_ref(&part);
+            let outcome = self.release(part, Some(read), kind, 1, &name).await;
+            watcher.abort();
+            self.record_release(part, outcome);
+        }
+    }
+
+    /// A downgrade: the write holder takes a read hold of its own (the
+    /// same lock object, so the same owner), recorded as a read hold that
+    /// may overlap its own write, and kept past the write's release.
+    async fn downgrade(&mut self, name: &str) -> Option<(Taken, u64, tokio::task::JoinHandle<()>)> {
+        let lock = self.rw.take()?;
+        let p = self.p();
+        self.rec.record(Event::AcquireInvoke {
             t: now(),
             p: p.clone(),
             lock: name.to_owned(),
-            token,
-            outcome,
+            permits: 1,
         });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // A loss noticed now is on record before the release is sent (the
-    // watcher may not have run yet; the checker keeps the first record).
-    if guard.is_lost() {
-        noticed();
-    }
-    rec.record(Event::ReleaseInvoke {
-        t: now(),
-        p: p.clone(),
-        lock: name.to_owned(),
-        token,
-    });
-    let outcome = if args.broken_release {
-        // Skips the owner check: deletes whoever holds the lock now (each
-        // kind keeps its holders in the hash at the lock's name).
-        let result: locksmith::Result<i64> = redis::cmd("DEL")
-            .arg(name)
-            .query_async(&mut client.connection())
-            .await
-            .map_err(locksmith::Error::Redis);
-        drop(guard);
-        match result {
-            Ok(_) => ReleaseOutcome::Ok,
-            Err(_) => ReleaseOutcome::Error,
+        match lock.try_read().await {
+            Ok(Some(read)) => {
+                let t = now();
+                let token = read.fencing_token();
+                self.rec.record(Event::AcquireOk {
+                    t,
+                    p,
+                    lock: name.to_owned(),
+                    token,
+                    valid_until: t + read.remaining_lease().as_nanos() as u64,
+                    mode: Mode::Read,
+                    permits: 1,
+                    fenced: true,
+                    downgrade: true,
+                });
+                let read = Taken::Guard(read);
+                let watcher = watch(&self.rec, &read, vec![(name.to_owned(), token)]);
+                Some((read, token, watcher))
+            }
+            result => {
+                self.rec.record(Event::AcquireFail {
+                    t: now(),
+                    p,
+                    lock: name.to_owned(),
+                    error: match result {
+                        Err(e) => e.to_string(),
+                        _ => "a downgrade's read hold was refused".into(),
+                    },
+                });
+                None
+            }
         }
-    } else {
-        match guard.release().await {
+    }
+
+    /// Releases (or, broken, misreleases) what is held; answers the outcome
+    /// to record.
+    async fn release(
+        &self,
+        parts: &[Part],
+        taken: Option<Taken>,
+        kind: Kind,
+        permits: u64,
+        name: &str,
+    ) -> ReleaseOutcome {
+        let p = self.p();
+        for part in parts {
+            self.rec.record(Event::ReleaseInvoke {
+                t: now(),
+                p: p.clone(),
+                lock: part.lock.clone(),
+                token: part.token,
+            });
+        }
+        let Some(taken) = taken else {
+            // Broken: given back at the grant already.
+            return ReleaseOutcome::Ok;
+        };
+        if self.args.broken_release {
+            // Skips the owner check: deletes whoever holds the lock now (each
+            // lock kind keeps its holders in the hash at the lock's name).
+            let result: locksmith::Result<i64> = redis::cmd("DEL")
+                .arg(name)
+                .query_async(&mut self.client.connection())
+                .await
+                .map_err(locksmith::Error::Redis);
+            drop(taken);
+            return match result {
+                Ok(_) => ReleaseOutcome::Ok,
+                Err(_) => ReleaseOutcome::Error,
+            };
+        }
+        let result = taken.release().await;
+        if self.args.broken && result.is_ok() {
+            // Broken semaphores give every permit back twice.
+            let extra = i64::try_from(permits).unwrap_or(1);
+            let _ = match kind {
+                Kind::Semaphore => match self.client.semaphore(name) {
+                    Ok(s) => s.add_permits(extra).await.map(drop),
+                    Err(e) => Err(e),
+                },
+                Kind::Permit => match self.client.expirable_semaphore(name) {
+                    Ok(s) => s.add_permits(extra).await.map(drop),
+                    Err(e) => Err(e),
+                },
+                _ => Ok(()),
+            };
+        }
+        match result {
             Ok(()) => ReleaseOutcome::Ok,
             Err(e) if e.kind() == ErrorKind::NotHeld => ReleaseOutcome::NotHeld,
             Err(_) => ReleaseOutcome::Error,
         }
-    };
-    watcher.abort();
-    rec.record(Event::ReleaseDone {
-        t: now(),
-        p,
-        lock: name.to_owned(),
-        token,
-        outcome,
-    });
+    }
+
+    fn record_release(&self, parts: &[Part], outcome: ReleaseOutcome) {
+        let t = now();
+        for part in parts {
+            self.rec.record(Event::ReleaseDone {
+                t,
+                p: self.p(),
+                lock: part.lock.clone(),
+                token: part.token,
+                outcome,
+            });
+        }
+    }
 }
