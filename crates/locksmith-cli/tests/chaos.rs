@@ -95,10 +95,10 @@ fn a_short_run_under_every_fault_has_no_violations() {
 }
 
 /// `kind` deliberately broken (`--broken`: locks given back at the grant,
-/// read-write writers holding reads, semaphores giving permits back twice)
-/// is caught within a 12 s run (the bound is 30 s): the run fails
-/// with an overlap.
-fn broken_kind_is_caught(kind: &str) {
+/// the fair lock's name taken without its queue, read-write writers
+/// holding reads, semaphores giving permits back twice) is caught within a
+/// 12 s run (the bound is 30 s): the run fails with `rule`.
+fn broken_kind_is_caught(kind: &str, rule: &str) {
     let dir = std::env::temp_dir().join(format!("chaos-broken-{kind}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("chaos.json");
@@ -113,6 +113,11 @@ fn broken_kind_is_caught(kind: &str) {
             "--kind",
             kind,
             "--broken",
+            // Contention: waiters that wait long enough to be overtaken.
+            "--names",
+            "2",
+            "--workers",
+            "6",
         ],
         &json,
     );
@@ -123,40 +128,40 @@ fn broken_kind_is_caught(kind: &str) {
     );
     let violations = figures["report"]["violations"].as_array().unwrap();
     assert!(
-        violations.iter().any(|v| v["rule"] == "overlap"),
-        "{kind}: the broken primitive lets too many holders in: {stdout}"
+        violations.iter().any(|v| v["rule"] == rule),
+        "{kind}: the broken primitive breaks {rule}: {stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_broken_lock_kind_is_caught() {
-    broken_kind_is_caught("lock");
+    broken_kind_is_caught("lock", "overlap");
 }
 
 #[test]
 fn a_broken_fair_lock_is_caught() {
-    broken_kind_is_caught("fair");
+    broken_kind_is_caught("fair", "fifo");
 }
 
 #[test]
 fn a_broken_read_write_lock_is_caught() {
-    broken_kind_is_caught("read-write");
+    broken_kind_is_caught("read-write", "overlap");
 }
 
 #[test]
 fn a_broken_semaphore_is_caught() {
-    broken_kind_is_caught("semaphore");
+    broken_kind_is_caught("semaphore", "overlap");
 }
 
 #[test]
 fn a_broken_permit_semaphore_is_caught() {
-    broken_kind_is_caught("permit");
+    broken_kind_is_caught("permit", "overlap");
 }
 
 #[test]
 fn a_broken_multi_lock_is_caught() {
-    broken_kind_is_caught("multi");
+    broken_kind_is_caught("multi", "overlap");
 }
 
 #[test]

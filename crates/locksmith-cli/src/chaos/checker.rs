@@ -44,7 +44,11 @@
 //!    tokens (semaphores) cannot show a re-seeded counter, so for them a
 //!    restart or failover under way between the two grants excuses an
 //!    overlap (rule 3), and the permits are not accounted after one: the
-//!    count itself may be gone.
+//!    count itself may be gone;
+//! 7. **first come, first served** (fair locks): a waiter whose acquire
+//!    was sent [`QUEUE_SLACK`] before another's is granted first, unless a
+//!    fault was under way while it waited (see
+//!    [`first_come_first_served`]).
 //!
 //! A fault that could not be injected, and a worker that failed by itself,
 //! are reported too: such a run proves less than it claims.
@@ -236,6 +240,8 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut uncertain: Vec<(String, u64, u64)> = Vec::new();
     let mut reclaimed: Vec<(String, u64, u64)> = Vec::new();
     let mut finals: Vec<(String, u64, i64)> = Vec::new();
+    // (began, healed) of every fault; healed is u64::MAX while under way.
+    let mut windows: Vec<(u64, u64)> = Vec::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -445,6 +451,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             } => {
                 *report.faults.entry(kind.clone()).or_default() += 1;
                 fault_began.insert(kind.clone(), *t);
+                windows.push((*t, u64::MAX));
                 if *holder {
                     report.holder_faults += 1;
                 }
@@ -475,6 +482,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 started.entry(p.clone()).or_insert(*t);
             }
             Event::FaultHeal { t, kind, target } => {
+                if let Some(w) = windows.iter_mut().find(|w| w.1 == u64::MAX) {
+                    w.1 = *t;
+                }
                 if loses_data(kind) {
                     if let Some(fault) = data_loss.iter_mut().rev().find(|f| f.1 == u64::MAX) {
                         fault.1 = *t;
@@ -515,6 +525,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             .map_or(("lock", 1), |(k, c)| (k.as_str(), *c));
         let before = report.violations.len();
         overlaps(lock, list, kind, capacity, &wipes, &mut report.violations);
+        if kind == "fair-lock" {
+            first_come_first_served(lock, list, &windows, &mut report.violations);
+        }
         report
             .per_kind
             .entry(kind.to_owned())
@@ -783,6 +796,51 @@ fn overlaps(
                     a.p,
                     mode_name(a.mode),
                     a.token,
+                ),
+            });
+        }
+    }
+}
+
+/// How much earlier one fair-lock acquire must have been sent than
+/// another to count as queued first: sends close together may reach the
+/// server in either order (batching, scheduling on a loaded machine).
+pub(crate) const QUEUE_SLACK: Duration = Duration::from_millis(100);
+
+/// Rule 7, first come, first served (fair locks): a waiter is not
+/// overtaken. When `a`'s acquire was sent [`QUEUE_SLACK`] before `b`'s and
+/// `b` was granted first, `a` was overtaken, unless a fault was under way
+/// at some point while `a` waited (a paused, cut off or slowed waiter can
+/// lose its place when its queue entry times out; a restart loses the
+/// queue). A waiter that gave up and queued again counts from its new send.
+fn first_come_first_served(
+    lock: &str,
+    holds: &[&Hold],
+    faults: &[(u64, u64)],
+    out: &mut Vec<Violation>,
+) {
+    let slack = QUEUE_SLACK.as_nanos() as u64;
+    for a in holds {
+        let disturbed = faults
+            .iter()
+            .any(|&(began, healed)| began <= a.granted && healed >= a.invoked);
+        if disturbed {
+            continue;
+        }
+        if let Some(b) = holds
+            .iter()
+            .find(|b| b.p != a.p && a.invoked + slack < b.invoked && b.granted < a.granted)
+        {
+            out.push(Violation {
+                rule: "fifo",
+                t: b.granted,
+                detail: format!(
+                    "{lock:?}: {} was granted (token {}) before {} (token {}), which had queued {:.1} ms earlier",
+                    b.p,
+                    b.token,
+                    a.p,
+                    a.token,
+                    (b.invoked - a.invoked) as f64 / 1e6
                 ),
             });
         }
@@ -1745,5 +1803,56 @@ mod tests {
         let report = check(&restarted, LEASE);
         assert!(report.violations.is_empty(), "{:?}", report.violations);
         assert_eq!(report.permits[0].expected, None);
+    }
+
+    #[test]
+    fn a_waiter_overtaken_on_a_fair_lock_is_reported() {
+        let ok = ReleaseOutcome::Ok;
+        // w1 holds 100-150 ms; w2 queues at 110 ms, w3 at 300 ms; w3 is
+        // granted at 301 ms, w2 only at 400 ms.
+        let waited = |p: &str, token: u64, sent: u64, granted: u64| {
+            let mut h = hold(p, "f", token, granted, ok);
+            if let Event::AcquireInvoke { t, .. } = &mut h[0] {
+                *t = sent * MS;
+            }
+            h
+        };
+        let mut h = starts();
+        h.push(Event::Start {
+            t: 0,
+            p: s("w3"),
+            client: s("c"),
+        });
+        h.push(resource("f", "fair-lock", 1));
+        h.extend(hold("w1", "f", 10, 100, ok));
+        h.extend(waited("w2", 12, 110, 400));
+        h.extend(waited("w3", 11, 300, 300));
+        assert_eq!(rules(&h), ["fifo"]);
+        // The same on a plain lock is no violation.
+        let plain: Vec<Event> = h
+            .iter()
+            .filter(|e| !matches!(e, Event::Resource { .. }))
+            .cloned()
+            .collect();
+        assert!(rules(&plain).is_empty(), "{:?}", rules(&plain));
+        // Nor while a fault was under way during w2's wait.
+        let mut faulted = h.clone();
+        faulted.extend(fault(200 * MS, "pause", 250 * MS));
+        assert!(!rules(&faulted).contains(&"fifo"), "{:?}", rules(&faulted));
+        // Sends closer than the slack may reach the server in either order.
+        let mut close = starts();
+        close.push(resource("f", "fair-lock", 1));
+        close.extend(hold("w1", "f", 10, 100, ok));
+        close.extend(waited("w2", 12, 110, 400));
+        close.extend({
+            let mut h = waited("w1", 11, 150, 300);
+            for e in &mut h {
+                if let Event::AcquireInvoke { p, .. } | Event::AcquireOk { p, .. } = e {
+                    *p = s("w1");
+                }
+            }
+            h
+        });
+        assert!(!rules(&close).contains(&"fifo"), "{:?}", rules(&close));
     }
 }

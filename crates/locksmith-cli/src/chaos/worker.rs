@@ -55,10 +55,11 @@ pub(crate) struct WorkerArgs {
 }
 
 /// The primitives a chaos run can hold. With `--broken` each misbehaves in
-/// its own way: the exclusive locks give the lock back on the server right
-/// after the grant while the worker goes on as the holder; a read-write
-/// writer takes a read hold and acts as the writer; the semaphores give
-/// every permit back twice.
+/// its own way: the lock and the MultiLock give the lock back on the server
+/// right after the grant while the worker goes on as the holder; the fair
+/// lock's name is taken with the plain lock (no queue: waiters overtake);
+/// a read-write writer takes a read hold and acts as the writer; the
+/// semaphores give every permit back twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Kind {
@@ -367,6 +368,9 @@ impl Worker {
             fenced: false,
         };
         let taken = match kind {
+            // Broken, the fair lock's name is taken with the plain lock:
+            // exclusive still, but first come is no longer first served.
+            Kind::Fair if self.args.broken => guard(c.lock(&name)?.try_lock_for(wait).await?),
             Kind::Fair => guard(c.fair_lock(&name)?.try_lock_for(wait).await?),
             Kind::Write => guard(c.read_write_lock(&name)?.try_write_for(wait).await?),
             Kind::ReadWrite => {
@@ -504,7 +508,8 @@ impl Worker {
         }
         // The broken exclusive kinds: the server's hold is given back now;
         // the worker goes on as the holder.
-        let taken = if self.args.broken && kind.fenced() && kind != Kind::ReadWrite {
+        let early = !matches!(kind, Kind::ReadWrite | Kind::Fair);
+        let taken = if self.args.broken && kind.fenced() && early {
             let _ = taken.release().await;
             None
         } else {
