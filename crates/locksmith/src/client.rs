@@ -398,7 +398,8 @@ impl ClientBuilder {
     ///
     /// Install the metrics recorder before the client's first acquire: the
     /// client registers each kind's metric handles on first use and keeps
-    /// them (with names on, each object's).
+    /// them (with names on, handles are registered at each acquire and
+    /// grant instead).
     pub fn metric_names(mut self, on: bool) -> Self {
         self.config.metric_names = on;
         self
@@ -454,6 +455,10 @@ impl ClientBuilder {
     /// Redis 7; [`Error::Connect`] or [`Error::Timeout`] when the deployment
     /// cannot be reached in time (the message names the address, and for
     /// Sentinel says to check the addresses and the service name).
+    ///
+    /// Metrics go to the `metrics` recorder current at each kind's first
+    /// acquire (the client keeps the handles it registers then): install the
+    /// recorder before that.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future closes the connection being opened;

@@ -48,7 +48,10 @@
 //! 7. **first come, first served** (fair locks): a waiter whose acquire
 //!    was sent [`QUEUE_SLACK`] before another's is granted first, unless a
 //!    fault was under way while it waited (see
-//!    [`first_come_first_served`]).
+//!    [`first_come_first_served`]);
+//! 8. **latch**: no waiter is let go before the count reached zero, and
+//!    every waiter is let go within [`LATCH_WAKE`] after it did (see
+//!    [`LatchCalls::check`]).
 //!
 //! A fault that could not be injected, and a worker that failed by itself,
 //! are reported too: such a run proves less than it claims.
@@ -242,6 +245,8 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut finals: Vec<(String, u64, i64)> = Vec::new();
     // (began, healed) of every fault; healed is u64::MAX while under way.
     let mut windows: Vec<(u64, u64)> = Vec::new();
+    // Each latch's calls.
+    let mut latches: BTreeMap<String, LatchCalls> = BTreeMap::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -277,6 +282,46 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 t, lock, permits, ..
             } => {
                 reclaimed.push((lock.clone(), *t, *permits));
+            }
+            Event::LatchArm {
+                invoked,
+                t,
+                lock,
+                set,
+                ..
+            } => {
+                latches
+                    .entry(lock.clone())
+                    .or_default()
+                    .arms
+                    .push((*invoked, *t, *set));
+            }
+            Event::CountDown {
+                invoked,
+                t,
+                lock,
+                left,
+                ..
+            } => {
+                latches
+                    .entry(lock.clone())
+                    .or_default()
+                    .downs
+                    .push((*invoked, *t, *left));
+            }
+            Event::LatchWait {
+                invoked,
+                t,
+                p,
+                lock,
+                opened,
+            } => {
+                latches.entry(lock.clone()).or_default().waits.push((
+                    *invoked,
+                    *t,
+                    p.clone(),
+                    *opened,
+                ));
             }
             Event::Permits { t, lock, available } => {
                 finals.push((lock.clone(), *t, *available));
@@ -534,6 +579,15 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             .or_default()
             .violations += report.violations.len() - before;
     }
+    for (lock, calls) in &latches {
+        let count = resources.get(lock).map_or(1, |(_, c)| *c);
+        let before = report.violations.len();
+        calls.check(lock, count, &data_loss, &windows, &mut report.violations);
+        let figures = report.per_kind.entry("latch".to_owned()).or_default();
+        figures.violations += report.violations.len() - before;
+        figures.acquires += calls.waits.len() + calls.downs.len();
+        figures.grants += calls.waits.iter().filter(|w| w.3 == Some(true)).count();
+    }
     let facts = Accounting {
         holds: &holds,
         uncertain: &uncertain,
@@ -763,7 +817,26 @@ fn overlaps(
         }
         if semaphore {
             let used: u64 = held.iter().map(|(a, _)| a.permits).sum::<u64>() + b.permits;
-            if used > capacity {
+            // A counting semaphore's release adds its permits whatever the
+            // count: a hold granted before a wipe and released after it
+            // raised the count above the capacity for good.
+            let raised: u64 = if kind == "semaphore" {
+                sorted
+                    .iter()
+                    .filter(|h| {
+                        h.release_sent
+                            && h.end < b.granted
+                            && wipes
+                                .faults
+                                .iter()
+                                .any(|&(began, _)| h.granted < began && began <= h.end)
+                    })
+                    .map(|h| h.permits)
+                    .sum()
+            } else {
+                0
+            };
+            if used > capacity + raised {
                 out.push(Violation {
                     rule: "overlap",
                     t: b.granted,
@@ -781,7 +854,9 @@ fn overlaps(
         }
         for (a, why) in held {
             let both_read = a.mode == Mode::Read && b.mode == Mode::Read;
-            let own_downgrade = a.p == b.p && (a.downgrade || b.downgrade);
+            // A write and the read its owner took under it: same process,
+            // same token, one of them the downgrade.
+            let own_downgrade = a.p == b.p && a.token == b.token && (a.downgrade != b.downgrade);
             if both_read || own_downgrade {
                 continue;
             }
@@ -860,6 +935,109 @@ fn kind_of(resources: &HashMap<String, (String, u64)>, lock: &str) -> String {
     resources
         .get(lock)
         .map_or_else(|| "lock".to_owned(), |(kind, _)| kind.clone())
+}
+
+/// How long after the count-down that opened a latch each of its waiters
+/// must have been let go.
+pub(crate) const LATCH_WAKE: Duration = Duration::from_secs(1);
+
+/// A latch's calls: arms (invoked, answered, set), count-downs (invoked,
+/// answered, count left) and waits (invoked, returned, process, opened).
+#[derive(Default)]
+struct LatchCalls {
+    arms: Vec<(u64, u64, Option<bool>)>,
+    downs: Vec<(u64, u64, Option<u64>)>,
+    waits: Vec<(u64, u64, String, Option<bool>)>,
+}
+
+impl LatchCalls {
+    /// Rule 8, the latch: (a) no waiter is let go before the count reached
+    /// zero: a wait that answered "opened" needs `count` count-downs that
+    /// may have landed after the last arm that surely set the count before
+    /// the wait began (sent before the wait returned, answered after the
+    /// arm was sent)
+    /// (unless an arm without an answer, or a restart or failover, leaves
+    /// the count unknown in between); (b) every waiter is let go within
+    /// [`LATCH_WAKE`] after a count-down answered 0 while it waited, unless
+    /// the latch was armed again meanwhile or a fault was under way.
+    fn check(
+        &self,
+        lock: &str,
+        count: u64,
+        data_loss: &[(u64, u64)],
+        faults: &[(u64, u64)],
+        out: &mut Vec<Violation>,
+    ) {
+        let overlaps = |list: &[(u64, u64)], from: u64, to: u64| {
+            list.iter()
+                .any(|&(began, healed)| began <= to && healed >= from)
+        };
+        for (invoked, returned, p, opened) in &self.waits {
+            if *opened == Some(true) {
+                // The last arm that set the count before the wait was sent.
+                let Some(&(armed, _, _)) = self
+                    .arms
+                    .iter()
+                    .filter(|a| a.2 == Some(true) && a.1 < *invoked)
+                    .max_by_key(|a| a.1)
+                else {
+                    continue;
+                };
+                let unknown = self
+                    .arms
+                    .iter()
+                    .any(|a| a.2.is_none() && a.0 > armed && a.0 < *returned);
+                if unknown || overlaps(data_loss, armed, *returned) {
+                    continue;
+                }
+                // A count-down may have reached the server after the arm
+                // when it was answered after the arm was sent (requests of
+                // two processes can arrive in either order).
+                let downs = self
+                    .downs
+                    .iter()
+                    .filter(|d| d.1 >= armed && d.0 < *returned)
+                    .count() as u64;
+                if downs < count {
+                    out.push(Violation {
+                        rule: "latch-early",
+                        t: *returned,
+                        detail: format!(
+                            "{lock:?}: {p}'s wait returned opened after {downs} of {count} count-downs since the latch was armed"
+                        ),
+                    });
+                }
+            } else if *opened == Some(false) {
+                // A count-down that opened the latch while this one waited.
+                let wake = LATCH_WAKE.as_nanos() as u64;
+                let Some(&(sent, zero, _)) = self
+                    .downs
+                    .iter()
+                    .filter(|d| d.2 == Some(0) && d.1 > *invoked && d.1 + wake < *returned)
+                    .min_by_key(|d| d.1)
+                else {
+                    continue;
+                };
+                // Armed again after it opened: the waiter may have seen the
+                // new count before the news of the opening.
+                let rearmed = self
+                    .arms
+                    .iter()
+                    .any(|a| a.2 != Some(false) && a.1 > sent && a.0 < *returned);
+                if rearmed || overlaps(faults, *invoked, *returned) {
+                    continue;
+                }
+                out.push(Violation {
+                    rule: "latch-late",
+                    t: zero,
+                    detail: format!(
+                        "{lock:?}: {p}'s wait was not let go within {LATCH_WAKE:?} of the count-down that opened the latch ({:.0} ms later it timed out)",
+                        (*returned - zero) as f64 / 1e6
+                    ),
+                });
+            }
+        }
+    }
 }
 
 /// What the history says about a semaphore's permits after the run.
@@ -956,9 +1134,23 @@ fn recovery(
         .map(|e| e.t())
         .collect();
     let mut grants: HashMap<&str, Vec<u64>> = HashMap::new();
+    // Progress: a grant, or a latch call the server answered.
     for e in events {
-        if let Event::AcquireOk { t, p, .. } = e {
-            grants.entry(p.as_str()).or_default().push(*t);
+        match e {
+            Event::AcquireOk { t, p, .. }
+            | Event::CountDown {
+                t,
+                p,
+                left: Some(_),
+                ..
+            }
+            | Event::LatchWait {
+                t,
+                p,
+                opened: Some(_),
+                ..
+            } => grants.entry(p.as_str()).or_default().push(*t),
+            _ => {}
         }
     }
     for (healed, kind, target) in heals {
@@ -1854,5 +2046,107 @@ mod tests {
             h
         });
         assert!(!rules(&close).contains(&"fifo"), "{:?}", rules(&close));
+    }
+
+    #[test]
+    fn a_latch_let_go_early_or_late_is_reported() {
+        let arm = |at: u64, set: bool| Event::LatchArm {
+            invoked: at * MS,
+            t: (at + 1) * MS,
+            p: s("w1"),
+            lock: s("l"),
+            set: Some(set),
+        };
+        let down = |at: u64, left: u64| Event::CountDown {
+            invoked: at * MS,
+            t: (at + 1) * MS,
+            p: s("w1"),
+            lock: s("l"),
+            left: Some(left),
+        };
+        let wait = |from: u64, to: u64, opened: bool| Event::LatchWait {
+            invoked: from * MS,
+            t: to * MS,
+            p: s("w2"),
+            lock: s("l"),
+            opened: Some(opened),
+        };
+        let mut base = starts();
+        base.push(resource("l", "latch", 2));
+        base.push(arm(100, true));
+        // Opened after both count-downs: fine.
+        let mut ok = base.clone();
+        ok.extend([wait(110, 300, true), down(150, 1), down(250, 0)]);
+        assert!(rules(&ok).is_empty(), "{:?}", rules(&ok));
+        // Opened after one: early.
+        let mut early = base.clone();
+        early.extend([wait(110, 300, true), down(150, 1)]);
+        assert_eq!(rules(&early), ["latch-early"]);
+        // Not excused by count-downs before the arm that set the count.
+        let mut stale = starts();
+        stale.push(resource("l", "latch", 2));
+        stale.extend([down(10, 1), down(20, 0), arm(100, true)]);
+        stale.extend([wait(110, 300, true), down(150, 1)]);
+        assert_eq!(rules(&stale), ["latch-early"]);
+        // Still waiting 1.3 s after the count-down that opened it: late.
+        let mut late = base.clone();
+        late.extend([wait(110, 1610, false), down(150, 1), down(200, 0)]);
+        assert_eq!(rules(&late), ["latch-late"]);
+        // Unless it was armed again meanwhile.
+        let mut rearmed = late.clone();
+        rearmed.push(Event::LatchArm {
+            invoked: 205 * MS,
+            t: 206 * MS,
+            p: s("w1"),
+            lock: s("l"),
+            set: Some(true),
+        });
+        assert!(rules(&rearmed).is_empty(), "{:?}", rules(&rearmed));
+    }
+
+    #[test]
+    fn a_release_across_a_wipe_raises_a_counting_semaphore() {
+        let ok = ReleaseOutcome::Ok;
+        let sem = |p: &str, id: u64, at: u64| {
+            hold_as(hold(p, "s", id, at, ok), Mode::Exclusive, 1, false, false)
+        };
+        let mut h = starts();
+        h.push(Event::Start {
+            t: 0,
+            p: s("w3"),
+            client: s("c"),
+        });
+        h.push(resource("s", "semaphore", 1));
+        // w1 holds across a restart (re-seeded to 1); its release adds a
+        // permit, so w2 and w3 may then hold one each at once.
+        h.extend(sem("w1", 1, 100));
+        h.extend(fault(120 * MS, "restart", 121 * MS));
+        h.extend(sem("w2", 1, 300));
+        h.extend(sem("w3", 1, 310));
+        assert!(!rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn only_a_writers_own_downgrade_may_overlap_it() {
+        let ok = ReleaseOutcome::Ok;
+        let mut h = starts();
+        h.push(resource("x", "read-write", 1));
+        // w1's downgrade read (token 10) and, later, a write of w1 with a
+        // new token inside that read's lease: a double grant.
+        h.extend(hold_as(
+            hold("w1", "x", 10, 100, ok),
+            Mode::Read,
+            1,
+            true,
+            true,
+        ));
+        h.extend(hold_as(
+            hold("w1", "x", 11, 120, ok),
+            Mode::Write,
+            1,
+            true,
+            false,
+        ));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
     }
 }

@@ -76,8 +76,8 @@ pub(crate) enum Event {
     /// The nemesis started a worker process (live from here).
     Spawned { t: u64, p: String },
     /// What a name is: its kind (`lock`, `fair-lock`, `read-write`,
-    /// `semaphore`, `permit-semaphore`) and capacity (holders at once; a
-    /// semaphore's permits). Recorded by the nemesis at the start; a name
+    /// `semaphore`, `permit-semaphore`, `latch`) and capacity (holders at
+    /// once; a semaphore's permits; a latch's count). Recorded by the nemesis at the start; a name
     /// without one is an exclusive lock.
     Resource {
         t: u64,
@@ -175,6 +175,33 @@ pub(crate) enum Event {
     FaultFailed { t: u64, kind: String, error: String },
     /// A worker process ended with an error (not killed by the nemesis).
     WorkerFailed { t: u64, p: String, status: String },
+    /// A latch was armed if it was not (`try_set_count`) at `invoked`;
+    /// `set`: whether this call set it (`None`: no answer).
+    LatchArm {
+        invoked: u64,
+        t: u64,
+        p: String,
+        lock: String,
+        set: Option<bool>,
+    },
+    /// A latch count-down sent at `invoked`; `left`: the count it answered
+    /// (`None`: no answer, the outcome is unknown).
+    CountDown {
+        invoked: u64,
+        t: u64,
+        p: String,
+        lock: String,
+        left: Option<u64>,
+    },
+    /// A bounded latch wait sent at `invoked`; `opened`: whether the latch
+    /// opened within it (`None`: an error).
+    LatchWait {
+        invoked: u64,
+        t: u64,
+        p: String,
+        lock: String,
+        opened: Option<bool>,
+    },
     /// The nemesis gave back `permits` permits of a semaphore whose holder
     /// it killed (a counting semaphore has no lease to end them).
     Reclaimed { t: u64, lock: String, permits: u64 },
@@ -214,6 +241,9 @@ impl Event {
             | Event::ReleaseDone { t, .. }
             | Event::FaultStart { t, .. }
             | Event::Resource { t, .. }
+            | Event::LatchArm { t, .. }
+            | Event::CountDown { t, .. }
+            | Event::LatchWait { t, .. }
             | Event::Reclaimed { t, .. }
             | Event::Permits { t, .. }
             | Event::FaultHeal { t, .. } => *t,

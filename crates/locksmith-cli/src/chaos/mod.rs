@@ -299,6 +299,9 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         });
     }
     let mut round = 0usize;
+    // When the last restart or failover began: permits granted before it
+    // belong to a count that may be gone.
+    let mut last_wipe = 0u64;
     // Let the workers get going before the first fault.
     tokio::time::sleep(Duration::from_secs(2).min(args.duration / 4)).await;
     // A fault and its recovery window must fit before the end.
@@ -319,6 +322,9 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             break;
         }
         round += 1;
+        if matches!(kind, "restart" | "failover") {
+            last_wipe = now();
+        }
         let fault = inject(
             kind,
             &mut slots,
@@ -339,7 +345,8 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
                 // A killed worker's slot gets a fresh process.
                 let slot = &mut slots[respawn];
                 let killed = slot.name.clone();
-                reclaim(&nemesis, &killed, &names, &kinds, &dir, &mut events).await;
+                let held = (&names[..], &kinds[..], last_wipe);
+                reclaim(&nemesis, &killed, held, &dir, &mut events).await;
                 slot.generation += 1;
                 spawn(slot, &deployment)?;
                 events.push(Event::Spawned {
@@ -602,12 +609,13 @@ async fn seed(
 /// Gives back the counting-semaphore permits the killed process `p` held
 /// (granted, no release sent: a counting semaphore has no lease to end
 /// them), as an operator would, and records it. A hold whose grant or
-/// release was in flight at the kill is left alone: its outcome is unknown.
+/// release was in flight at the kill is left alone (its outcome is
+/// unknown), and so is one granted before the last restart or failover
+/// began (`since`).
 async fn reclaim(
     nemesis: &locksmith::Client,
     p: &str,
-    names: &[String],
-    kinds: &[worker::Kind],
+    (names, kinds, since): (&[String], &[worker::Kind], u64),
     dir: &std::path::Path,
     events: &mut Vec<Event>,
 ) {
@@ -616,12 +624,15 @@ async fn reclaim(
     let mut open: Vec<(String, u64, u64)> = Vec::new();
     for event in &history {
         match event {
+            // A grant before the last restart or failover may be gone with
+            // the count: giving it back would add permits.
             Event::AcquireOk {
+                t,
                 lock,
                 token,
                 permits,
                 ..
-            } => open.push((lock.clone(), *token, *permits)),
+            } if *t >= since => open.push((lock.clone(), *token, *permits)),
             Event::ReleaseInvoke { lock, token, .. } => {
                 open.retain(|(l, t, _)| !(l == lock && t == token));
             }
@@ -753,26 +764,38 @@ async fn inject(
             });
         }
         "cut" => {
-            let i = rand::random_range(0..slots.len());
-            let slot = &slots[i];
-            events.push(Event::FaultStart {
-                t: now(),
-                kind: kind.into(),
-                target: slot.name.clone(),
-                holder: false,
-            });
-            let before = slot.proxy.cuts();
-            slot.proxy.cut_reply_after(b"EVALSHA");
-            let until = Instant::now() + lease + lease / 2;
-            while slot.proxy.cuts() == before && Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+            // A worker that sends no script call meanwhile (waiting) gets
+            // no cut: up to three workers are tried.
+            let mut cut = false;
+            for _ in 0..3 {
+                let i = rand::random_range(0..slots.len());
+                let slot = &slots[i];
+                events.push(Event::FaultStart {
+                    t: now(),
+                    kind: kind.into(),
+                    target: slot.name.clone(),
+                    holder: false,
+                });
+                let before = slot.proxy.cuts();
+                slot.proxy.cut_reply_after(b"EVALSHA");
+                let until = Instant::now() + lease / 2;
+                while slot.proxy.cuts() == before && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                slot.proxy.disarm_cut();
+                cut = slot.proxy.cuts() > before;
+                events.push(Event::FaultHeal {
+                    t: now(),
+                    kind: kind.into(),
+                    target: slot.name.clone(),
+                });
+                if cut {
+                    break;
+                }
             }
-            slot.proxy.disarm_cut();
-            events.push(Event::FaultHeal {
-                t: now(),
-                kind: kind.into(),
-                target: slot.name.clone(),
-            });
+            if !cut {
+                return Err("no worker sent a script call to cut".into());
+            }
         }
         "restart" => {
             let Deployment::Single(server) = deployment else {

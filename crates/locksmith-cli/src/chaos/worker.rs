@@ -59,7 +59,7 @@ pub(crate) struct WorkerArgs {
 /// right after the grant while the worker goes on as the holder; the fair
 /// lock's name is taken with the plain lock (no queue: waiters overtake);
 /// a read-write writer takes a read hold and acts as the writer; the
-/// semaphores give every permit back twice.
+/// semaphores give every permit back twice; a latch count-down lands twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Kind {
@@ -80,20 +80,28 @@ pub(crate) enum Kind {
     /// A MultiLock over two reentrant locks, against plain holders of its
     /// members.
     Multi,
+    /// A count-down latch of count 2, re-armed when open: each visit arms
+    /// it if needed, then counts down (two visits in three) or waits for it
+    /// to open (at most lease + 500 ms).
+    Latch,
     /// Every name one of the above, by its position: lock, fair,
-    /// read-write, semaphore, permit, multi, lock, ...
+    /// read-write, semaphore, permit, multi, latch, lock, ...
     Mixed,
 }
 
 /// The kinds `mixed` cycles through, by name position.
-const MIXED: [Kind; 6] = [
+const MIXED: [Kind; 7] = [
     Kind::Lock,
     Kind::Fair,
     Kind::ReadWrite,
     Kind::Semaphore,
     Kind::Permit,
     Kind::Multi,
+    Kind::Latch,
 ];
+
+/// The count a chaos latch is armed with.
+pub(crate) const LATCH_COUNT: u64 = 2;
 
 impl Kind {
     /// The kind of the `index`-th name.
@@ -112,6 +120,7 @@ impl Kind {
             Kind::Permit => ("permit-semaphore", permits),
             Kind::ReadWrite | Kind::Write => ("read-write", 1),
             Kind::Fair => ("fair-lock", 1),
+            Kind::Latch => ("latch", LATCH_COUNT),
             Kind::Lock | Kind::Multi | Kind::Mixed => ("lock", 1),
         }
     }
@@ -119,7 +128,7 @@ impl Kind {
     /// Whether holds of this kind carry fencing tokens (and write to the
     /// fenced store).
     fn fenced(self) -> bool {
-        !matches!(self, Kind::Semaphore | Kind::Permit)
+        !matches!(self, Kind::Semaphore | Kind::Permit | Kind::Latch)
     }
 }
 
@@ -189,12 +198,17 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
     };
     let deadline = tokio::time::Instant::now() + worker.args.duration;
     let mut round: u64 = 0;
+    // Visits per name: what a visit does (read or write, MultiLock or
+    // plain lock, count down or wait) alternates per name, not per round,
+    // which would fix it for good when the names are a multiple of it.
+    let mut visits = vec![0u64; worker.args.names.len()];
     while tokio::time::Instant::now() < deadline {
         round += 1;
         // Workers start on different names (by slot), then cycle.
         let slot: usize = worker.args.name.bytes().map(usize::from).sum();
         let index = (round as usize + slot) % worker.args.names.len();
-        worker.hold_once(index, round).await;
+        visits[index] += 1;
+        worker.hold_once(index, visits[index] + slot as u64).await;
     }
     worker.rec.record(Event::Exit {
         t: now(),
@@ -374,7 +388,7 @@ impl Worker {
             Kind::Fair => guard(c.fair_lock(&name)?.try_lock_for(wait).await?),
             Kind::Write => guard(c.read_write_lock(&name)?.try_write_for(wait).await?),
             Kind::ReadWrite => {
-                // Every third round a reader; with `--broken` a "writer"
+                // Every third visit a reader; with `--broken` a "writer"
                 // takes a read hold and acts as the writer.
                 let lock = c.read_write_lock(&name)?;
                 let reads = round.is_multiple_of(3);
@@ -406,7 +420,7 @@ impl Worker {
                     .map(|p| (Taken::Permit(p), vec![unfenced(&name)], Mode::Exclusive)));
             }
             Kind::Multi => match partner {
-                // Every other round the MultiLock, else a plain lock of the
+                // Every other visit the MultiLock, else a plain lock of the
                 // member, which the MultiLock must exclude.
                 Some(j) => {
                     let multi = c.multi_lock([name.clone(), names[j].clone()])?;
@@ -425,22 +439,84 @@ impl Worker {
                 }
                 None => guard(c.lock(&name)?.try_lock_for(wait).await?),
             },
-            Kind::Lock | Kind::Mixed => guard(c.lock(&name)?.try_lock_for(wait).await?),
+            Kind::Lock | Kind::Mixed | Kind::Latch => {
+                guard(c.lock(&name)?.try_lock_for(wait).await?)
+            }
         };
         Ok(taken.map(|(t, parts)| (t, parts, Mode::Exclusive)))
     }
 
-    /// One acquire -> hold -> release cycle on name `index`.
+    /// One visit of a latch name: arm it if it is not, then count down
+    /// (two visits in three) or wait for it to open. With `--broken` a
+    /// count-down lands twice, as a resent one would.
+    async fn latch_once(&mut self, name: &str, round: u64) {
+        let p = self.p();
+        let latch = match self.client.count_down_latch(name) {
+            Ok(latch) => latch,
+            Err(e) => {
+                eprintln!("chaos worker: {e}");
+                return;
+            }
+        };
+        let invoked = now();
+        let set = latch.try_set_count(LATCH_COUNT).await;
+        self.rec.record(Event::LatchArm {
+            invoked,
+            t: now(),
+            p: p.clone(),
+            lock: name.to_owned(),
+            set: set.as_ref().ok().copied(),
+        });
+        if set.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
+        }
+        if !round.is_multiple_of(3) {
+            let invoked = now();
+            let left = latch.count_down().await;
+            if self.args.broken {
+                // Broken: the count-down lands twice (as a resent one
+                // would), recorded once.
+                let _ = latch.count_down().await;
+            }
+            self.rec.record(Event::CountDown {
+                invoked,
+                t: now(),
+                p: p.clone(),
+                lock: name.to_owned(),
+                left: left.ok(),
+            });
+        } else {
+            let invoked = now();
+            let opened = latch
+                .wait_for(self.args.lease + Duration::from_millis(500))
+                .await;
+            self.rec.record(Event::LatchWait {
+                invoked,
+                t: now(),
+                p,
+                lock: name.to_owned(),
+                opened: opened.ok(),
+            });
+        }
+    }
+
+    /// One acquire -> hold -> release cycle on name `index`, its `round`-th
+    /// visit (offset by the worker's slot).
     async fn hold_once(&mut self, index: usize, round: u64) {
         let p = self.p();
         let name = self.args.names[index].clone();
         let kind = self.args.kind.of_name(index);
+        if kind == Kind::Latch {
+            self.latch_once(&name, round).await;
+            return;
+        }
         // Counting-semaphore holds take one or two permits.
         let permits = match kind {
             Kind::Semaphore => 1 + round % self.args.permits.clamp(1, 2),
             _ => 1,
         };
-        // Every other round of a MultiLock name takes the MultiLock with its
+        // Every other visit of a MultiLock name takes the MultiLock with its
         // partner; each member's acquire is on record.
         let partner = match kind {
             Kind::Multi if round.is_multiple_of(2) => {
@@ -508,7 +584,12 @@ impl Worker {
         }
         // The broken exclusive kinds: the server's hold is given back now;
         // the worker goes on as the holder.
-        let early = !matches!(kind, Kind::ReadWrite | Kind::Fair);
+        // (A MultiLock name's plain rounds stay correct: the MultiLock is
+        // what is broken, against them.)
+        let early = match kind {
+            Kind::Multi => matches!(taken, Taken::Multi(_)),
+            _ => !matches!(kind, Kind::ReadWrite | Kind::Fair),
+        };
         let taken = if self.args.broken && kind.fenced() && early {
             let _ = taken.release().await;
             None
