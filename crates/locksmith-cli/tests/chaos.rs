@@ -99,26 +99,34 @@ fn a_short_run_under_every_fault_has_no_violations() {
 /// holding reads, semaphores giving permits back twice) is caught within a
 /// 12 s run (the bound is 30 s): the run fails with `rule`.
 fn broken_kind_is_caught(kind: &str, rule: &str) {
+    broken_kind_is_caught_on(kind, rule, &["--faults", "latency"]);
+}
+
+/// As [`broken_kind_is_caught`], with `extra` options (the topology, or
+/// the faults: one fault is injected).
+fn broken_kind_is_caught_on(kind: &str, rule: &str, extra: &[&str]) {
     let dir = std::env::temp_dir().join(format!("chaos-broken-{kind}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("chaos.json");
     let (code, stdout, figures) = chaos(
         &[
-            "--duration",
-            "12s",
-            "--faults",
-            "latency",
-            "--max-faults",
-            "1",
-            "--kind",
-            kind,
-            "--broken",
-            // Contention: waiters that wait long enough to be overtaken.
-            "--names",
-            "2",
-            "--workers",
-            "6",
-        ],
+            &[
+                "--duration",
+                "12s",
+                "--max-faults",
+                "1",
+                "--kind",
+                kind,
+                "--broken",
+                // Contention: waiters that wait long enough to be overtaken.
+                "--names",
+                "2",
+                "--workers",
+                "6",
+            ][..],
+            extra,
+        ]
+        .concat(),
         &json,
     );
     assert_eq!(
@@ -167,6 +175,44 @@ fn a_broken_multi_lock_is_caught() {
 #[test]
 fn a_broken_latch_is_caught() {
     broken_kind_is_caught("latch", "latch-early");
+}
+
+/// Redlock on five servers under pauses and kills of a minority and of a
+/// majority of them, and of its workers: no violations (exclusion while a
+/// majority is up, nothing granted and `NoQuorum` answered at once while
+/// it is not), and a broken Redlock is caught.
+#[test]
+fn redlock_under_server_faults_has_no_violations() {
+    let dir = std::env::temp_dir().join(format!("chaos-redlock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("chaos.json");
+    let (code, stdout, figures) = chaos(
+        &[
+            "--duration",
+            "40s",
+            "--topology",
+            "redlock",
+            "--kind",
+            "redlock",
+        ],
+        &json,
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    let report = &figures["report"];
+    for kind in [
+        "node-pause-minority",
+        "node-pause-majority",
+        "node-kill-minority",
+        "node-kill-majority",
+    ] {
+        assert!(
+            report["faults"][kind].as_u64().unwrap_or(0) >= 1,
+            "{kind} never injected: {stdout}"
+        );
+    }
+    assert!(report["grants"].as_u64().unwrap() > 100, "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+    broken_kind_is_caught_on("redlock", "overlap", &["--topology", "redlock"]);
 }
 
 /// Without restarts and failovers the semaphores' permits are accounted

@@ -51,7 +51,10 @@
 //!    [`first_come_first_served`]);
 //! 8. **latch**: no waiter is let go before the count reached zero, and
 //!    every waiter is let go within [`LATCH_WAKE`] after it did (see
-//!    [`LatchCalls::check`]).
+//!    [`LatchCalls::check`]);
+//! 9. **Redlock without a quorum**: while a majority of its servers is
+//!    down, nothing is granted and every acquire is answered (`NoQuorum`)
+//!    within [`NO_QUORUM_ANSWER`] (see [`quorum`]).
 //!
 //! A fault that could not be injected, and a worker that failed by itself,
 //! are reported too: such a run proves less than it claims.
@@ -247,6 +250,10 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let mut windows: Vec<(u64, u64)> = Vec::new();
     // Each latch's calls.
     let mut latches: BTreeMap<String, LatchCalls> = BTreeMap::new();
+    // (began, healed) of each fault that leaves a minority of Redlock's
+    // servers up; and each acquire's (process, lock, sent, ended, granted).
+    let mut no_quorum: Vec<(u64, u64)> = Vec::new();
+    let mut spans: Vec<(String, String, u64, u64, bool)> = Vec::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -346,6 +353,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 t, p, lock, error, ..
             } => {
                 report.indeterminate_acquires += 1;
+                if let Some((sent, _, true)) = pending.get(&(p.clone(), lock.clone())) {
+                    spans.push((p.clone(), lock.clone(), *sent, *t, false));
+                }
                 if let Some((_, permits, open)) = pending.get_mut(&(p.clone(), lock.clone())) {
                     // Not granted within the wait: nothing taken. Any other
                     // error: the outcome is unknown.
@@ -373,6 +383,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                     .or_default()
                     .grants += 1;
                 if let Some(pending) = pending.get_mut(&(p.clone(), lock.clone())) {
+                    if pending.2 {
+                        spans.push((p.clone(), lock.clone(), pending.0, *t, true));
+                    }
                     pending.2 = false;
                 }
                 let invoked = last_invoke
@@ -497,6 +510,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 *report.faults.entry(kind.clone()).or_default() += 1;
                 fault_began.insert(kind.clone(), *t);
                 windows.push((*t, u64::MAX));
+                if kind.ends_with("-majority") {
+                    no_quorum.push((*t, u64::MAX));
+                }
                 if *holder {
                     report.holder_faults += 1;
                 }
@@ -529,6 +545,11 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             Event::FaultHeal { t, kind, target } => {
                 if let Some(w) = windows.iter_mut().find(|w| w.1 == u64::MAX) {
                     w.1 = *t;
+                }
+                if kind.ends_with("-majority") {
+                    if let Some(w) = no_quorum.iter_mut().find(|w| w.1 == u64::MAX) {
+                        w.1 = *t;
+                    }
                 }
                 if loses_data(kind) {
                     if let Some(fault) = data_loss.iter_mut().rev().find(|f| f.1 == u64::MAX) {
@@ -588,6 +609,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
         figures.acquires += calls.waits.len() + calls.downs.len();
         figures.grants += calls.waits.iter().filter(|w| w.3 == Some(true)).count();
     }
+    quorum(&spans, &no_quorum, &mut report.violations);
     let facts = Accounting {
         holds: &holds,
         uncertain: &uncertain,
@@ -935,6 +957,49 @@ fn kind_of(resources: &HashMap<String, (String, u64)>, lock: &str) -> String {
     resources
         .get(lock)
         .map_or_else(|| "lock".to_owned(), |(kind, _)| kind.clone())
+}
+
+/// How long an acquire may take while a majority of Redlock's servers is
+/// down before it counts as hanging: it must fail (`NoQuorum`) at once,
+/// after one round's per-node timeout.
+pub(crate) const NO_QUORUM_ANSWER: Duration = Duration::from_millis(1500);
+
+/// Rule 9, Redlock without a quorum: while a majority of its servers is
+/// paused or down, no acquire sent after the fault began is granted before
+/// it healed, and every acquire sent meanwhile is answered within
+/// [`NO_QUORUM_ANSWER`] (a `NoQuorum` error, not a hang).
+fn quorum(
+    spans: &[(String, String, u64, u64, bool)],
+    faults: &[(u64, u64)],
+    out: &mut Vec<Violation>,
+) {
+    let bound = NO_QUORUM_ANSWER.as_nanos() as u64;
+    for (p, lock, sent, ended, granted) in spans {
+        let Some(&(_, healed)) = faults
+            .iter()
+            .find(|&&(began, healed)| began < *sent && *sent < healed)
+        else {
+            continue;
+        };
+        if *granted && *ended < healed {
+            out.push(Violation {
+                rule: "grant-without-quorum",
+                t: *ended,
+                detail: format!(
+                    "{lock:?}: {p} was granted while a majority of the servers was down"
+                ),
+            });
+        } else if *ended > sent + bound && sent + bound < healed {
+            out.push(Violation {
+                rule: "no-quorum-hang",
+                t: *ended,
+                detail: format!(
+                    "{lock:?}: {p}'s acquire took {:.0} ms while a majority of the servers was down (limit {NO_QUORUM_ANSWER:?})",
+                    (ended - sent) as f64 / 1e6
+                ),
+            });
+        }
+    }
 }
 
 /// How long after the count-down that opened a latch each of its waiters
@@ -2148,5 +2213,63 @@ mod tests {
             false,
         ));
         assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn redlock_without_a_quorum_grants_nothing_and_answers_at_once() {
+        let ok = ReleaseOutcome::Ok;
+        let mut base = starts();
+        base.extend(fault(100 * MS, "node-pause-majority", 2000 * MS));
+        // A grant whose round began during the fault.
+        let mut granted = base.clone();
+        granted.extend(hold("w1", "r", 10, 200, ok));
+        assert!(
+            rules(&granted).contains(&"grant-without-quorum"),
+            "{:?}",
+            rules(&granted)
+        );
+        // An acquire answered 1.3 s after its send, while the fault lasted.
+        let mut hung = base.clone();
+        hung.extend([
+            Event::AcquireInvoke {
+                t: 150 * MS,
+                p: s("w2"),
+                lock: s("r"),
+                permits: 1,
+            },
+            Event::AcquireFail {
+                t: 1900 * MS,
+                p: s("w2"),
+                lock: s("r"),
+                error: s("no quorum"),
+            },
+        ]);
+        assert!(
+            rules(&hung).contains(&"no-quorum-hang"),
+            "{:?}",
+            rules(&hung)
+        );
+        // Answered at once: fine. And a grant before the fault: fine.
+        let mut prompt = base.clone();
+        prompt.extend([
+            Event::AcquireInvoke {
+                t: 150 * MS,
+                p: s("w2"),
+                lock: s("r"),
+                permits: 1,
+            },
+            Event::AcquireFail {
+                t: 400 * MS,
+                p: s("w2"),
+                lock: s("r"),
+                error: s("no quorum"),
+            },
+        ]);
+        prompt.extend(hold("w1", "r", 10, 50, ok));
+        let found = rules(&prompt);
+        assert!(
+            !found.contains(&"no-quorum-hang") && !found.contains(&"grant-without-quorum"),
+            "{found:?}"
+        );
     }
 }

@@ -40,7 +40,7 @@ use std::time::Duration;
 use locksmith_testkit::{FaultMode, FaultProxy, RedisCluster, RedisServer, SentinelGroup};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -58,6 +58,10 @@ pub(crate) enum Topology {
     /// A 3-primary cluster, a replica each (faults: kill, pause, failover:
     /// a primary killed, its replica promoted by the cluster).
     Cluster,
+    /// Five independent servers for Redlock (`--kind redlock`; faults:
+    /// kill, pause, and pauses and kills of a minority or a majority of
+    /// the servers, a killed server restarted empty after 1.5 leases).
+    Redlock,
 }
 
 /// Arguments of `locksmith chaos`.
@@ -119,12 +123,25 @@ const SINGLE_FAULTS: &[&str] = &["kill", "pause", "restart", "black-hole", "late
 const SENTINEL_FAULTS: &[&str] = &["kill", "pause", "failover"];
 /// On a cluster the workers reach every primary directly, likewise.
 const CLUSTER_FAULTS: &[&str] = &["kill", "pause", "failover"];
+/// Redlock's own faults hit its servers; a killed one comes back empty
+/// after 1.5 leases (the delayed restart the algorithm needs).
+const REDLOCK_FAULTS: &[&str] = &[
+    "kill",
+    "pause",
+    "node-pause-minority",
+    "node-pause-majority",
+    "node-kill-minority",
+    "node-kill-majority",
+];
+/// Servers of the Redlock topology.
+const REDLOCK_NODES: usize = 5;
 
 /// The lock deployment under test.
 enum Deployment {
     Single(RedisServer),
     Sentinel(Box<SentinelGroup>),
     Cluster(Box<RedisCluster>),
+    Redlock(Vec<RedisServer>),
 }
 
 impl Deployment {
@@ -135,6 +152,7 @@ impl Deployment {
             Deployment::Single(s) => s.addr(),
             Deployment::Sentinel(g) => g.sentinel_addrs()[0].clone(),
             Deployment::Cluster(c) => c.addrs()[0].clone(),
+            Deployment::Redlock(nodes) => nodes[0].addr(),
         }
     }
 
@@ -148,6 +166,15 @@ impl Deployment {
                 g.master_name()
             ),
             Deployment::Cluster(c) => format!("redis+cluster://{}", c.addrs().join(",")),
+            Deployment::Redlock(nodes) => nodes[0].url(),
+        }
+    }
+
+    /// The Redlock nodes' URLs (none for the other topologies).
+    fn redlock_urls(&self) -> Vec<String> {
+        match self {
+            Deployment::Redlock(nodes) => nodes.iter().map(RedisServer::url).collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -164,6 +191,9 @@ impl Deployment {
             // Every node is a seed; the proxy is not used (nodes are
             // reached at the addresses the cluster announces).
             Deployment::Cluster(c) => format!("redis+cluster://{}", c.addrs().join(",")),
+            // Redlock workers reach the nodes directly; their lock client
+            // (unused for locks) goes to the first node.
+            Deployment::Redlock(nodes) => nodes[0].url(),
         }
     }
 }
@@ -186,7 +216,13 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
         Topology::Single => SINGLE_FAULTS,
         Topology::Sentinel => SENTINEL_FAULTS,
         Topology::Cluster => CLUSTER_FAULTS,
+        Topology::Redlock => REDLOCK_FAULTS,
     };
+    if (args.topology == Topology::Redlock) != (args.kind == worker::Kind::Redlock) {
+        return Err(CliError::Usage(
+            "--kind redlock and --topology redlock go together".into(),
+        ));
+    }
     let faults: Vec<&str> = if args.faults.is_empty() {
         available.to_vec()
     } else {
@@ -213,6 +249,11 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             Topology::Single => Deployment::Single(RedisServer::start()?),
             Topology::Sentinel => Deployment::Sentinel(Box::new(SentinelGroup::start()?)),
             Topology::Cluster => Deployment::Cluster(Box::new(RedisCluster::start()?)),
+            Topology::Redlock => Deployment::Redlock(
+                (0..REDLOCK_NODES)
+                    .map(|_| RedisServer::start())
+                    .collect::<std::io::Result<_>>()?,
+            ),
         };
         Ok::<_, std::io::Error>((deployment, RedisServer::start()?))
     })
@@ -267,6 +308,11 @@ pub(crate) async fn run(args: ChaosArgs) -> Result<u8, CliError> {
             .args(args.broken.then_some("--broken"))
             .arg("--permits")
             .arg(args.permits.to_string())
+            .args(
+                Some(deployment.redlock_urls())
+                    .filter(|urls| !urls.is_empty())
+                    .map(|urls| format!("--redlock={}", urls.join(","))),
+            )
             .arg("--kind")
             .arg(
                 clap::ValueEnum::to_possible_value(&args.kind)
@@ -506,6 +552,8 @@ async fn holders(
                 Ok(i) => c.nodes()[i].url(),
                 Err(_) => continue,
             },
+            // Redlock's owners are not the client's: the history tells.
+            Deployment::Redlock(_) => continue,
         };
         let Ok(client) = redis::Client::open(url) else {
             continue;
@@ -761,6 +809,51 @@ async fn inject(
                 t: now(),
                 kind: kind.into(),
                 target: slot.name.clone(),
+            });
+        }
+        "node-pause-minority"
+        | "node-pause-majority"
+        | "node-kill-minority"
+        | "node-kill-majority" => {
+            let Deployment::Redlock(nodes) = deployment else {
+                return Err(format!("{kind} needs the redlock topology"));
+            };
+            let count = if kind.ends_with("majority") {
+                REDLOCK_NODES / 2 + 1
+            } else {
+                REDLOCK_NODES / 2
+            };
+            let mut hit: Vec<usize> = (0..REDLOCK_NODES).collect();
+            hit.shuffle(&mut rand::rng());
+            hit.truncate(count);
+            let target = format!("nodes {hit:?}");
+            events.push(Event::FaultStart {
+                t: now(),
+                kind: kind.into(),
+                target: target.clone(),
+                holder: false,
+            });
+            let kills = kind.starts_with("node-kill");
+            for &i in &hit {
+                if kills {
+                    nodes[i].kill();
+                } else {
+                    nodes[i].pause().map_err(|e| e.to_string())?;
+                }
+            }
+            tokio::time::sleep(lease + lease / 2).await;
+            for &i in &hit {
+                if kills {
+                    tokio::task::block_in_place(|| nodes[i].restart())
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    nodes[i].resume().map_err(|e| e.to_string())?;
+                }
+            }
+            events.push(Event::FaultHeal {
+                t: now(),
+                kind: kind.into(),
+                target,
             });
         }
         "cut" => {

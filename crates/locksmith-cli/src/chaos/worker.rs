@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use locksmith::{
-    Client, ErrorKind, LockGuard, MultiGuard, Permit, ReadWriteLock, SemaphorePermits,
+    Client, ErrorKind, LockGuard, MultiGuard, Permit, ReadWriteLock, RedlockGuard, RedlockNodes,
+    SemaphorePermits,
 };
 
 use super::history::{now, Event, Mode, ReleaseOutcome, WriteOutcome};
@@ -52,6 +53,9 @@ pub(crate) struct WorkerArgs {
     /// Permits of each semaphore name.
     #[arg(long, default_value_t = 2)]
     pub(crate) permits: u64,
+    /// The Redlock nodes' URLs, comma-separated (`--kind redlock`).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) redlock: Vec<String>,
 }
 
 /// The primitives a chaos run can hold. With `--broken` each misbehaves in
@@ -87,6 +91,8 @@ pub(crate) enum Kind {
     /// Every name one of the above, by its position: lock, fair,
     /// read-write, semaphore, permit, multi, latch, lock, ...
     Mixed,
+    /// Redlock over five independent servers (`--topology redlock` only).
+    Redlock,
 }
 
 /// The kinds `mixed` cycles through, by name position.
@@ -122,6 +128,7 @@ impl Kind {
             Kind::Fair => ("fair-lock", 1),
             Kind::Latch => ("latch", LATCH_COUNT),
             Kind::Lock | Kind::Multi | Kind::Mixed => ("lock", 1),
+            Kind::Redlock => ("redlock", 1),
         }
     }
 
@@ -195,7 +202,11 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         seeded: HashSet::new(),
         seq: 0,
         rw: None,
+        redlock: None,
     };
+    if worker.args.kind == Kind::Redlock {
+        worker.redlock = Some(redlock_nodes(&worker.args).await?);
+    }
     let deadline = tokio::time::Instant::now() + worker.args.duration;
     let mut round: u64 = 0;
     // Visits per name: what a visit does (read or write, MultiLock or
@@ -217,6 +228,33 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Connects to the Redlock nodes, retrying while a majority cannot be
+/// reached (a worker started during a fault waits for it to heal).
+async fn redlock_nodes(args: &WorkerArgs) -> Result<RedlockNodes, String> {
+    let deadline = tokio::time::Instant::now() + args.duration;
+    loop {
+        let builders = args.redlock.iter().map(|url| {
+            Client::builder(url.clone())
+                .lease(args.lease)
+                .command_timeout(Duration::from_millis(500))
+                .connect_timeout(Duration::from_secs(1))
+                .recheck_interval(Duration::from_millis(200))
+        });
+        match RedlockNodes::connect_with(builders).await {
+            // A per-node timeout with room for a loaded machine.
+            Ok(nodes) => {
+                return nodes
+                    .with_node_timeout(Duration::from_millis(200))
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) if e.kind() == ErrorKind::NoQuorum && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// What a worker holds.
 enum Taken {
     /// A lock's hold (reentrant, fair, read or write).
@@ -227,6 +265,8 @@ enum Taken {
     Permits(SemaphorePermits),
     /// A permit-semaphore permit.
     Permit(Permit),
+    /// A Redlock hold.
+    Redlock(RedlockGuard),
 }
 
 impl Taken {
@@ -238,6 +278,7 @@ impl Taken {
             Taken::Multi(g) => g.guards().iter().map(LockGuard::remaining_lease).min(),
             Taken::Permits(_) => None,
             Taken::Permit(p) => Some(p.remaining_lease()),
+            Taken::Redlock(g) => Some(g.remaining_lease()),
         }
     }
 
@@ -247,6 +288,7 @@ impl Taken {
             Taken::Multi(g) => g.is_lost(),
             Taken::Permits(_) => false,
             Taken::Permit(p) => p.is_lost(),
+            Taken::Redlock(g) => g.is_lost(),
         }
     }
 
@@ -263,6 +305,10 @@ impl Taken {
                 let signal = p.lost();
                 Box::pin(async move { signal.wait().await })
             }
+            Taken::Redlock(g) => {
+                let signal = g.lost();
+                Box::pin(async move { signal.wait().await })
+            }
         }
     }
 
@@ -272,6 +318,7 @@ impl Taken {
             Taken::Multi(g) => g.release().await,
             Taken::Permits(p) => p.release().await,
             Taken::Permit(p) => p.release().await,
+            Taken::Redlock(g) => g.release().await,
         }
     }
 }
@@ -319,6 +366,8 @@ struct Worker {
     seq: u64,
     /// The read-write lock of the write hold now held, for a downgrade.
     rw: Option<ReadWriteLock>,
+    /// The Redlock nodes (`--kind redlock`).
+    redlock: Option<RedlockNodes>,
 }
 
 impl Worker {
@@ -439,6 +488,23 @@ impl Worker {
                 }
                 None => guard(c.lock(&name)?.try_lock_for(wait).await?),
             },
+            Kind::Redlock => {
+                let Some(nodes) = &self.redlock else {
+                    return Err(locksmith::Error::InvalidArgument(
+                        "no Redlock nodes given".into(),
+                    ));
+                };
+                // Redlock's tokens are not strictly increasing (see
+                // docs/safety.md): recorded unfenced, written all the same.
+                return Ok(nodes.lock(&name)?.try_lock_for(wait).await?.map(|g| {
+                    let part = Part {
+                        lock: name.clone(),
+                        token: g.fencing_token(),
+                        fenced: false,
+                    };
+                    (Taken::Redlock(g), vec![part], Mode::Exclusive)
+                }));
+            }
             Kind::Lock | Kind::Mixed | Kind::Latch => {
                 guard(c.lock(&name)?.try_lock_for(wait).await?)
             }
@@ -615,7 +681,7 @@ impl Worker {
         };
         let stores: Vec<_> = parts
             .iter()
-            .filter(|q| q.fenced)
+            .filter(|q| q.fenced || kind == Kind::Redlock)
             .map(|q| {
                 (
                     q.lock.clone(),
@@ -686,10 +752,12 @@ impl Worker {
         if taken.as_ref().is_some_and(Taken::is_lost) {
             noticed(&self.rec);
         }
-        let outcome = self.release(&parts, taken, kind, permits, &name).await;
+        // The hold ends with the release's send: a signal after it (some
+        // kinds fire theirs as the release begins) is no loss.
         if let Some(w) = watcher {
             w.abort();
         }
+        let outcome = self.release(&parts, taken, kind, permits, &name).await;
         self.rw = None;
         self.record_release(&parts, outcome);
         if let Some((read, token, watcher)) = downgrade {
@@ -700,8 +768,8 @@ impl Worker {
                 fenced: true,
             };
             let part = std::slice::from_ref(&part);
-            let outcome = self.release(part, Some(read), kind, 1, &name).await;
             watcher.abort();
+            let outcome = self.release(part, Some(read), kind, 1, &name).await;
             self.record_release(part, outcome);
         }
     }
