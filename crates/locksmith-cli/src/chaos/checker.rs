@@ -47,7 +47,7 @@
 //!    count itself may be gone;
 //! 7. **first come, first served** (fair locks): a waiter whose acquire
 //!    was sent [`QUEUE_SLACK`] before another's is granted first, unless a
-//!    fault was under way while it waited (see
+//!    fault, or its recovery time, was under way while it waited (see
 //!    [`first_come_first_served`]);
 //! 8. **latch**: no waiter is let go before the count reached zero, and
 //!    every waiter is let go within [`LATCH_WAKE`] after it did (see
@@ -77,7 +77,10 @@ pub(crate) const SIGNAL_SLACK: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Violation {
     /// Which rule: `token-order`, `stale-write`, `overlap`,
-    /// `unsignalled-loss`, `write-after-expiry`, `no-recovery`.
+    /// `unsignalled-loss`, `write-after-expiry`, `no-recovery`,
+    /// `permits-accounting`, `fifo`, `latch-early`, `latch-late`,
+    /// `grant-without-quorum`, `no-quorum-hang`; and `fault-failed`,
+    /// `worker-failed` for a run that proves less than it claims.
     pub(crate) rule: &'static str,
     /// When (monotonic ns) the offending event happened.
     pub(crate) t: u64,
@@ -254,6 +257,8 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     // servers up; and each acquire's (process, lock, sent, ended, granted).
     let mut no_quorum: Vec<(u64, u64)> = Vec::new();
     let mut spans: Vec<(String, String, u64, u64, bool)> = Vec::new();
+    // When processes were killed.
+    let mut kills: Vec<u64> = Vec::new();
     for event in &events {
         match event {
             Event::Start { t, p, .. } => {
@@ -262,6 +267,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             Event::Exit { t, p } | Event::Killed { t, p } => {
                 ended.entry(p.clone()).or_insert(*t);
                 let killed = matches!(event, Event::Killed { .. });
+                if killed {
+                    kills.push(*t);
+                }
                 for hold in holds.iter_mut().filter(|h| h.p == *p && h.end == u64::MAX) {
                     hold.end = *t;
                     hold.killed = killed;
@@ -290,6 +298,15 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             } => {
                 reclaimed.push((lock.clone(), *t, *permits));
             }
+            Event::Quorum { t, lost: true } => no_quorum.push((*t, u64::MAX)),
+            Event::Quorum { t, lost: false } => {
+                if let Some(w) = no_quorum.iter_mut().find(|w| w.1 == u64::MAX) {
+                    w.1 = *t;
+                }
+            }
+            // A probe stood the worker still: a window for the rules that
+            // excuse a disturbed waiter.
+            Event::Probe { t, until, .. } => windows.push((*t, *until)),
             Event::LatchArm {
                 invoked,
                 t,
@@ -510,9 +527,6 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 *report.faults.entry(kind.clone()).or_default() += 1;
                 fault_began.insert(kind.clone(), *t);
                 windows.push((*t, u64::MAX));
-                if kind.ends_with("-majority") {
-                    no_quorum.push((*t, u64::MAX));
-                }
                 if *holder {
                     report.holder_faults += 1;
                 }
@@ -546,11 +560,6 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 if let Some(w) = windows.iter_mut().find(|w| w.1 == u64::MAX) {
                     w.1 = *t;
                 }
-                if kind.ends_with("-majority") {
-                    if let Some(w) = no_quorum.iter_mut().find(|w| w.1 == u64::MAX) {
-                        w.1 = *t;
-                    }
-                }
                 if loses_data(kind) {
                     if let Some(fault) = data_loss.iter_mut().rev().find(|f| f.1 == u64::MAX) {
                         fault.1 = *t;
@@ -578,6 +587,13 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     for hold in &holds {
         per_lock.entry(&hold.lock).or_default().push(hold);
     }
+    // Faults and probes, each stretched by a recovery time (lease + 1 s,
+    // as rule 5 allows): a client may still be reconnecting after a heal.
+    let settle = (lease + Duration::from_secs(1)).as_nanos() as u64;
+    let disturbed: Vec<(u64, u64)> = windows
+        .iter()
+        .map(|&(began, healed)| (began, healed.saturating_add(settle)))
+        .collect();
     for (lock, list) in &per_lock {
         let fenced: Vec<&Hold> = list.iter().copied().filter(|h| h.fenced).collect();
         token_order(lock, &fenced, &mut report.violations);
@@ -592,7 +608,7 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
         let before = report.violations.len();
         overlaps(lock, list, kind, capacity, &wipes, &mut report.violations);
         if kind == "fair-lock" {
-            first_come_first_served(lock, list, &windows, &mut report.violations);
+            first_come_first_served(lock, list, &disturbed, &mut report.violations);
         }
         report
             .per_kind
@@ -603,7 +619,12 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     for (lock, calls) in &latches {
         let count = resources.get(lock).map_or(1, |(_, c)| *c);
         let before = report.violations.len();
-        calls.check(lock, count, &data_loss, &windows, &mut report.violations);
+        let context = LatchContext {
+            data_loss: &data_loss,
+            disturbed: &disturbed,
+            kills: &kills,
+        };
+        calls.check(lock, count, &context, &mut report.violations);
         let figures = report.per_kind.entry("latch".to_owned()).or_default();
         figures.violations += report.violations.len() - before;
         figures.acquires += calls.waits.len() + calls.downs.len();
@@ -842,21 +863,23 @@ fn overlaps(
             // A counting semaphore's release adds its permits whatever the
             // count: a hold granted before a wipe and released after it
             // raised the count above the capacity for good.
-            let raised: u64 = if kind == "semaphore" {
-                sorted
+            // Only across the latest wipe before this grant: the next one
+            // took earlier rises with it.
+            let latest = wipes
+                .faults
+                .iter()
+                .map(|&(began, _)| began)
+                .filter(|&began| began < b.granted)
+                .max();
+            let raised: u64 = match latest {
+                Some(wipe) if kind == "semaphore" => sorted
                     .iter()
                     .filter(|h| {
-                        h.release_sent
-                            && h.end < b.granted
-                            && wipes
-                                .faults
-                                .iter()
-                                .any(|&(began, _)| h.granted < began && began <= h.end)
+                        h.release_sent && h.end < b.granted && h.granted < wipe && wipe <= h.end
                     })
                     .map(|h| h.permits)
-                    .sum()
-            } else {
-                0
+                    .sum(),
+                _ => 0,
             };
             if used > capacity + raised {
                 out.push(Violation {
@@ -906,10 +929,12 @@ pub(crate) const QUEUE_SLACK: Duration = Duration::from_millis(100);
 
 /// Rule 7, first come, first served (fair locks): a waiter is not
 /// overtaken. When `a`'s acquire was sent [`QUEUE_SLACK`] before `b`'s and
-/// `b` was granted first, `a` was overtaken, unless a fault was under way
-/// at some point while `a` waited (a paused, cut off or slowed waiter can
-/// lose its place when its queue entry times out; a restart loses the
-/// queue). A waiter that gave up and queued again counts from its new send.
+/// `b` was granted first, `a` was overtaken, unless a fault (or a probe
+/// that froze a worker), stretched by a recovery time, was under way at
+/// some point while `a` waited: a restart loses the queue, and a waiter
+/// frozen, cut off, slowed or still reconnecting may reach the queue after
+/// one sent later. A waiter that gave up and queued again counts from its
+/// new send.
 fn first_come_first_served(
     lock: &str,
     holds: &[&Hold],
@@ -964,20 +989,29 @@ fn kind_of(resources: &HashMap<String, (String, u64)>, lock: &str) -> String {
 /// after one round's per-node timeout.
 pub(crate) const NO_QUORUM_ANSWER: Duration = Duration::from_millis(1500);
 
+/// How long after a majority of Redlock's servers went down a round sent
+/// before may still complete (a per-node timeout, with room).
+pub(crate) const ROUND_SLACK: Duration = Duration::from_millis(500);
+
 /// Rule 9, Redlock without a quorum: while a majority of its servers is
-/// paused or down, no acquire sent after the fault began is granted before
-/// it healed, and every acquire sent meanwhile is answered within
-/// [`NO_QUORUM_ANSWER`] (a `NoQuorum` error, not a hang).
+/// down (from the last one's stop to the first one's return, recorded by
+/// the nemesis), nothing is granted (to an acquire sent meanwhile, or
+/// answered more than [`ROUND_SLACK`] after the majority went), and every
+/// acquire sent at least [`NO_QUORUM_ANSWER`] before the majority returned
+/// is answered within it (a `NoQuorum` error, not a hang).
 fn quorum(
     spans: &[(String, String, u64, u64, bool)],
     faults: &[(u64, u64)],
     out: &mut Vec<Violation>,
 ) {
     let bound = NO_QUORUM_ANSWER.as_nanos() as u64;
+    // A round sent just before the majority went down may have had its
+    // grants and be answered up to a per-node timeout later.
+    let round = ROUND_SLACK.as_nanos() as u64;
     for (p, lock, sent, ended, granted) in spans {
         let Some(&(_, healed)) = faults
             .iter()
-            .find(|&&(began, healed)| began < *sent && *sent < healed)
+            .find(|&&(began, healed)| (began < *sent || began + round < *ended) && *sent < healed)
         else {
             continue;
         };
@@ -1006,6 +1040,16 @@ fn quorum(
 /// must have been let go.
 pub(crate) const LATCH_WAKE: Duration = Duration::from_secs(1);
 
+/// What the latch rule needs of the rest of the run.
+struct LatchContext<'a> {
+    /// Restarts and failovers: (began, healed).
+    data_loss: &'a [(u64, u64)],
+    /// Faults and probes, stretched by a recovery time.
+    disturbed: &'a [(u64, u64)],
+    /// When processes were killed.
+    kills: &'a [u64],
+}
+
 /// A latch's calls: arms (invoked, answered, set), count-downs (invoked,
 /// answered, count left) and waits (invoked, returned, process, opened).
 #[derive(Default)]
@@ -1025,14 +1069,12 @@ impl LatchCalls {
     /// the count unknown in between); (b) every waiter is let go within
     /// [`LATCH_WAKE`] after a count-down answered 0 while it waited, unless
     /// the latch was armed again meanwhile or a fault was under way.
-    fn check(
-        &self,
-        lock: &str,
-        count: u64,
-        data_loss: &[(u64, u64)],
-        faults: &[(u64, u64)],
-        out: &mut Vec<Violation>,
-    ) {
+    fn check(&self, lock: &str, count: u64, context: &LatchContext<'_>, out: &mut Vec<Violation>) {
+        let LatchContext {
+            data_loss,
+            disturbed: faults,
+            kills,
+        } = *context;
         let overlaps = |list: &[(u64, u64)], from: u64, to: u64| {
             list.iter()
                 .any(|&(began, healed)| began <= to && healed >= from)
@@ -1048,10 +1090,14 @@ impl LatchCalls {
                 else {
                     continue;
                 };
+                // An arm without an answer, or a process killed with a
+                // latch call in flight (recorded only once answered), leaves
+                // the count unknown.
                 let unknown = self
                     .arms
                     .iter()
-                    .any(|a| a.2.is_none() && a.0 > armed && a.0 < *returned);
+                    .any(|a| a.2.is_none() && a.0 > armed && a.0 < *returned)
+                    || kills.iter().any(|&k| k > armed && k < *returned);
                 if unknown || overlaps(data_loss, armed, *returned) {
                     continue;
                 }
@@ -2219,7 +2265,15 @@ mod tests {
     fn redlock_without_a_quorum_grants_nothing_and_answers_at_once() {
         let ok = ReleaseOutcome::Ok;
         let mut base = starts();
-        base.extend(fault(100 * MS, "node-pause-majority", 2000 * MS));
+        base.extend(fault(90 * MS, "node-pause-majority", 2010 * MS));
+        base.push(Event::Quorum {
+            t: 100 * MS,
+            lost: true,
+        });
+        base.push(Event::Quorum {
+            t: 2000 * MS,
+            lost: false,
+        });
         // A grant whose round began during the fault.
         let mut granted = base.clone();
         granted.extend(hold("w1", "r", 10, 200, ok));
@@ -2271,5 +2325,68 @@ mod tests {
             !found.contains(&"no-quorum-hang") && !found.contains(&"grant-without-quorum"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_redlock_round_finishing_late_inside_the_outage_is_reported() {
+        let ok = ReleaseOutcome::Ok;
+        let mut h = starts();
+        h.extend(fault(90 * MS, "node-kill-majority", 3010 * MS));
+        h.push(Event::Quorum {
+            t: 100 * MS,
+            lost: true,
+        });
+        h.push(Event::Quorum {
+            t: 3000 * MS,
+            lost: false,
+        });
+        // Sent at 50 ms, before the outage, granted at 900 ms inside it.
+        let mut late = hold("w1", "r", 10, 900, ok);
+        if let Event::AcquireInvoke { t, .. } = &mut late[0] {
+            *t = 50 * MS;
+        }
+        let mut with_late = h.clone();
+        with_late.extend(late);
+        assert!(
+            rules(&with_late).contains(&"grant-without-quorum"),
+            "{:?}",
+            rules(&with_late)
+        );
+        // Granted at 300 ms: a round that had its grants before the
+        // outage, finishing within the slack.
+        let mut early = hold("w1", "r", 10, 300, ok);
+        if let Event::AcquireInvoke { t, .. } = &mut early[0] {
+            *t = 50 * MS;
+        }
+        let mut with_early = h.clone();
+        with_early.extend(early);
+        assert!(
+            !rules(&with_early).contains(&"grant-without-quorum"),
+            "{:?}",
+            rules(&with_early)
+        );
+    }
+
+    #[test]
+    fn only_the_latest_wipe_raises_a_counting_semaphore() {
+        let ok = ReleaseOutcome::Ok;
+        let sem = |p: &str, id: u64, at: u64| {
+            hold_as(hold(p, "s", id, at, ok), Mode::Exclusive, 1, false, false)
+        };
+        let mut h = starts();
+        h.push(Event::Start {
+            t: 0,
+            p: s("w3"),
+            client: s("c"),
+        });
+        h.push(resource("s", "semaphore", 1));
+        // w1 held across the first restart (a rise), then a second
+        // restart re-seeded the count: w2 and w3 together exceed it.
+        h.extend(sem("w1", 1, 100));
+        h.extend(fault(120 * MS, "restart", 121 * MS));
+        h.extend(fault(3000 * MS, "restart", 3001 * MS));
+        h.extend(sem("w2", 1, 5000));
+        h.extend(sem("w3", 1, 5010));
+        assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
     }
 }

@@ -76,8 +76,8 @@ pub(crate) enum Event {
     /// The nemesis started a worker process (live from here).
     Spawned { t: u64, p: String },
     /// What a name is: its kind (`lock`, `fair-lock`, `read-write`,
-    /// `semaphore`, `permit-semaphore`, `latch`) and capacity (holders at
-    /// once; a semaphore's permits; a latch's count). Recorded by the nemesis at the start; a name
+    /// `semaphore`, `permit-semaphore`, `latch`, `redlock`) and capacity
+    /// (holders at once; a semaphore's permits; a latch's count). Recorded by the nemesis at the start; a name
     /// without one is an exclusive lock.
     Resource {
         t: u64,
@@ -202,6 +202,15 @@ pub(crate) enum Event {
         lock: String,
         opened: Option<bool>,
     },
+    /// The nemesis froze worker `p` from `t` to `until` to look whether it
+    /// held a lock (a probe before a kill or pause), and let it go: not a
+    /// fault, but the worker stood still meanwhile.
+    Probe { t: u64, p: String, until: u64 },
+    /// Redlock's servers: a majority is down from here (`lost`) or a
+    /// majority is up again (`!lost`). Recorded inside a node fault's
+    /// window: after the last server of the majority stopped, before the
+    /// first came back.
+    Quorum { t: u64, lost: bool },
     /// The nemesis gave back `permits` permits of a semaphore whose holder
     /// it killed (a counting semaphore has no lease to end them).
     Reclaimed { t: u64, lock: String, permits: u64 },
@@ -242,6 +251,8 @@ impl Event {
             | Event::FaultStart { t, .. }
             | Event::Resource { t, .. }
             | Event::LatchArm { t, .. }
+            | Event::Probe { t, .. }
+            | Event::Quorum { t, .. }
             | Event::CountDown { t, .. }
             | Event::LatchWait { t, .. }
             | Event::Reclaimed { t, .. }

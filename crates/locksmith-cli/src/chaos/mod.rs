@@ -5,9 +5,10 @@
 //! written as JSON.
 //!
 //! The names are locks, fair locks, read-write locks (reads, writes and
-//! downgrades), counting semaphores, permit semaphores or MultiLocks over
-//! two locks, one kind for all or each name its own (`--kind mixed`); see
-//! [`worker::Kind`]. `--broken` runs each kind deliberately broken, to
+//! downgrades), counting semaphores, permit semaphores, MultiLocks over
+//! two locks or count-down latches, one kind for all or each name its own
+//! (`--kind mixed`), or Redlock on five servers (`--topology redlock`);
+//! see [`worker::Kind`]. `--broken` runs each kind deliberately broken, to
 //! show the checker catches it.
 //!
 //! Faults (each at least once, in turn, then at random):
@@ -23,7 +24,10 @@
 //!   a client that resends the call apply it twice);
 //! - `failover` (with `--topology sentinel` or `cluster`): a primary is
 //!   killed and Sentinel (or the cluster) promotes its replica; the killed
-//!   node comes back as a replica.
+//!   node comes back as a replica;
+//! - `node-pause-minority`, `node-pause-majority`, `node-kill-minority`,
+//!   `node-kill-majority` (with `--topology redlock`): 2 or 3 of the 5
+//!   servers paused, or killed and restarted empty after 1.5 leases.
 //!
 //! The fenced stores live on a separate server (the protected resource),
 //! which no fault touches. Everything is bounded: the run stops by itself
@@ -101,14 +105,16 @@ pub(crate) struct ChaosArgs {
     /// holds it: no owner check) to show the checker catches it.
     #[arg(long)]
     broken_release: bool,
-    /// Run a deliberately broken primitive of each kind (locks give the
-    /// lock back at the grant and go on as holders; read-write writers
-    /// take read holds; semaphores give permits back twice) to show the
-    /// checker catches it.
+    /// Run a deliberately broken primitive of each kind (locks, MultiLocks
+    /// and Redlock give the lock back at the grant and go on as holders;
+    /// the fair lock's names are taken without its queue; read-write
+    /// writers take read holds; semaphores give permits back twice; a latch
+    /// count-down lands twice) to show the checker catches it.
     #[arg(long)]
     broken: bool,
     /// Which primitive the workers take (`mixed`: each name one of lock,
-    /// fair, read-write, semaphore, permit, multi, by position).
+    /// fair, read-write, semaphore, permit, multi, latch, by position;
+    /// `redlock` needs `--topology redlock`).
     #[arg(long, value_enum, default_value_t = worker::Kind::Lock)]
     kind: worker::Kind,
     /// Permits of each semaphore name.
@@ -738,6 +744,7 @@ async fn inject(
                     continue;
                 };
                 let pid = Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?);
+                let frozen = now();
                 kill(pid, Signal::SIGSTOP).map_err(|e| e.to_string())?;
                 let held = holders(slots, deployment, names, dir).await.contains(&i);
                 if held {
@@ -745,6 +752,11 @@ async fn inject(
                     break;
                 }
                 kill(pid, Signal::SIGCONT).map_err(|e| e.to_string())?;
+                events.push(Event::Probe {
+                    t: frozen,
+                    p: slots[i].name.clone(),
+                    until: now(),
+                });
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             // Nobody caught holding: hit one anyway (recorded as such).
@@ -834,6 +846,7 @@ async fn inject(
                 holder: false,
             });
             let kills = kind.starts_with("node-kill");
+            let majority = kind.ends_with("majority");
             for &i in &hit {
                 if kills {
                     nodes[i].kill();
@@ -841,13 +854,30 @@ async fn inject(
                     nodes[i].pause().map_err(|e| e.to_string())?;
                 }
             }
+            if majority {
+                events.push(Event::Quorum {
+                    t: now(),
+                    lost: true,
+                });
+            }
             tokio::time::sleep(lease + lease / 2).await;
+            if majority {
+                events.push(Event::Quorum {
+                    t: now(),
+                    lost: false,
+                });
+            }
+            // Every server back, whatever fails: a run with a server left
+            // down proves nothing more, and its windows must stay closed.
+            let mut failed = Vec::new();
             for &i in &hit {
-                if kills {
+                let back = if kills {
                     tokio::task::block_in_place(|| nodes[i].restart())
-                        .map_err(|e| e.to_string())?;
                 } else {
-                    nodes[i].resume().map_err(|e| e.to_string())?;
+                    nodes[i].resume()
+                };
+                if let Err(e) = back {
+                    failed.push(format!("node {i}: {e}"));
                 }
             }
             events.push(Event::FaultHeal {
@@ -855,6 +885,9 @@ async fn inject(
                 kind: kind.into(),
                 target,
             });
+            if !failed.is_empty() {
+                return Err(failed.join("; "));
+            }
         }
         "cut" => {
             // A worker that sends no script call meanwhile (waiting) gets
