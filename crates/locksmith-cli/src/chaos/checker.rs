@@ -67,7 +67,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::history::{Event, Mode, ReleaseOutcome, WriteOutcome};
+use super::history::{Event, Mode, ReleaseOutcome, WriteOutcome, CANCELLED};
 
 /// How late after its lease view ended a lost signal may be recorded
 /// (timer resolution, scheduling on a loaded machine, the record itself).
@@ -247,6 +247,11 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     // Acquires whose outcome is unknown (lock, when, permits); permits
     // given back by the nemesis; the permits each semaphore had at the end.
     let mut uncertain: Vec<(String, u64, u64)> = Vec::new();
+    // Acquires dropped on purpose: (lock, sent, dropped, permits).
+    let mut cancelled: Vec<(String, u64, u64, u64)> = Vec::new();
+    // (began, healed) of the faults that can lose a reply: all but the
+    // kills and pauses of workers.
+    let mut reply_faults: Vec<(u64, u64)> = Vec::new();
     let mut reclaimed: Vec<(String, u64, u64)> = Vec::new();
     let mut finals: Vec<(String, u64, i64)> = Vec::new();
     // (began, healed) of every fault; healed is u64::MAX while under way.
@@ -373,10 +378,14 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 if let Some((sent, _, true)) = pending.get(&(p.clone(), lock.clone())) {
                     spans.push((p.clone(), lock.clone(), *sent, *t, false));
                 }
-                if let Some((_, permits, open)) = pending.get_mut(&(p.clone(), lock.clone())) {
-                    // Not granted within the wait: nothing taken. Any other
-                    // error: the outcome is unknown.
-                    if *open && !error.starts_with("not granted") {
+                if let Some((sent, permits, open)) = pending.get_mut(&(p.clone(), lock.clone())) {
+                    // Not granted within the wait: nothing taken. Dropped on
+                    // purpose: nothing left behind, if the reply that
+                    // undoes a grant could arrive (see `Accounting`). Any
+                    // other error: the outcome is unknown.
+                    if *open && error == CANCELLED {
+                        cancelled.push((lock.clone(), *sent, *t, *permits));
+                    } else if *open && !error.starts_with("not granted") {
                         uncertain.push((lock.clone(), *t, *permits));
                     }
                     *open = false;
@@ -527,6 +536,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 *report.faults.entry(kind.clone()).or_default() += 1;
                 fault_began.insert(kind.clone(), *t);
                 windows.push((*t, u64::MAX));
+                if !matches!(kind.as_str(), "kill" | "pause") {
+                    reply_faults.push((*t, u64::MAX));
+                }
                 if *holder {
                     report.holder_faults += 1;
                 }
@@ -558,6 +570,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             }
             Event::FaultHeal { t, kind, target } => {
                 if let Some(w) = windows.iter_mut().find(|w| w.1 == u64::MAX) {
+                    w.1 = *t;
+                }
+                if let Some(w) = reply_faults.iter_mut().find(|w| w.1 == u64::MAX) {
                     w.1 = *t;
                 }
                 if loses_data(kind) {
@@ -634,6 +649,8 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
     let facts = Accounting {
         holds: &holds,
         uncertain: &uncertain,
+        cancelled: &cancelled,
+        reply_faults: &reply_faults,
         reclaimed: &reclaimed,
         data_loss: &data_loss,
     };
@@ -1156,6 +1173,10 @@ struct Accounting<'a> {
     holds: &'a [Hold],
     /// Acquires whose outcome is unknown: (lock, when, permits).
     uncertain: &'a [(String, u64, u64)],
+    /// Acquires dropped on purpose: (lock, sent, dropped, permits).
+    cancelled: &'a [(String, u64, u64, u64)],
+    /// Faults that can lose a reply: (began, healed).
+    reply_faults: &'a [(u64, u64)],
     /// Permits the nemesis gave back: (lock, when, permits).
     reclaimed: &'a [(String, u64, u64)],
     data_loss: &'a [(u64, u64)],
@@ -1167,7 +1188,9 @@ impl Accounting<'_> {
     /// less what its history leaves unknown: permits of a counting
     /// semaphore held by a killed process that the nemesis did not give
     /// back, and (as a range) permits of acquires and releases whose
-    /// outcome is unknown. A permit semaphore's permits all come back with
+    /// outcome is unknown. An acquire dropped on purpose must leave nothing
+    /// behind (its grant is given back when the reply arrives), unless a
+    /// fault may have lost that reply. A permit semaphore's permits all come back with
     /// their leases. Not checked after a restart or failover: it may have
     /// wiped the count.
     fn check(&self, lock: &str, kind: &str, capacity: u64, t: u64, available: i64) -> PermitsLine {
@@ -1202,6 +1225,20 @@ impl Accounting<'_> {
             }
             for (_, _, p) in self.uncertain.iter().filter(|u| u.0 == lock) {
                 low -= *p as i64;
+            }
+            // A dropped acquire leaves nothing behind: its grant, if one
+            // landed, is given back when the reply arrives. Only a fault
+            // that may have lost that reply leaves it open.
+            for (_, sent, dropped, p) in self.cancelled.iter().filter(|c| c.0 == lock) {
+                // The undo waits for the reply: up to a command timeout
+                // after the drop (a second, with room).
+                let faulted = self
+                    .reply_faults
+                    .iter()
+                    .any(|&(began, healed)| began <= *dropped + 1_000_000_000 && healed >= *sent);
+                if faulted {
+                    low -= *p as i64;
+                }
             }
             for (_, _, p) in self.reclaimed.iter().filter(|r| r.0 == lock) {
                 low += *p as i64;
@@ -2388,5 +2425,37 @@ mod tests {
         h.extend(sem("w2", 1, 5000));
         h.extend(sem("w3", 1, 5010));
         assert!(rules(&h).contains(&"overlap"), "{:?}", rules(&h));
+    }
+
+    #[test]
+    fn a_dropped_acquire_must_leave_no_permit_behind() {
+        let mut h = starts();
+        h.push(resource("s", "semaphore", 2));
+        h.extend([
+            Event::AcquireInvoke {
+                t: 100 * MS,
+                p: s("w1"),
+                lock: s("s"),
+                permits: 1,
+            },
+            Event::AcquireFail {
+                t: 110 * MS,
+                p: s("w1"),
+                lock: s("s"),
+                error: s(CANCELLED),
+            },
+        ]);
+        let mut leaked = h.clone();
+        leaked.push(permits_after("s", 1));
+        assert_eq!(rules(&leaked), ["permits-accounting"]);
+        // Unless a fault may have lost the reply that undoes the grant.
+        let mut cut = h.clone();
+        cut.extend(fault(105 * MS, "cut", 106 * MS));
+        cut.push(permits_after("s", 1));
+        assert!(
+            !rules(&cut).contains(&"permits-accounting"),
+            "{:?}",
+            rules(&cut)
+        );
     }
 }

@@ -17,6 +17,10 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The error an acquire is recorded with when the worker dropped its
+/// future on purpose (the cancel-safety promise: nothing is left behind).
+pub(crate) const CANCELLED: &str = "cancelled: the acquire's future was dropped";
+
 /// What a write to the fenced store came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

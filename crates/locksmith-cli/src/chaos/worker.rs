@@ -13,7 +13,7 @@ use locksmith::{
     SemaphorePermits,
 };
 
-use super::history::{now, Event, Mode, ReleaseOutcome, WriteOutcome};
+use super::history::{now, Event, Mode, ReleaseOutcome, WriteOutcome, CANCELLED};
 
 /// Arguments of the hidden `locksmith chaos-worker` command.
 #[derive(Debug, Clone, clap::Args)]
@@ -612,7 +612,24 @@ impl Worker {
                 });
             }
         };
-        let (taken, parts, mode) = match self.acquire(index, round, permits, partner).await {
+        // Every fifth visit the acquire is dropped after a few
+        // milliseconds, granted or not: a dropped acquire must leave
+        // nothing held (no permit lost, no lock held by nobody).
+        let cancel = round % 5 == 2;
+        let acquiring = self.acquire(index, round, permits, partner);
+        let acquired = if cancel {
+            let after = Duration::from_millis(rand::random_range(1..40));
+            match tokio::time::timeout(after, acquiring).await {
+                Ok(acquired) => acquired,
+                Err(_) => {
+                    failed(&self.rec, CANCELLED.into());
+                    return;
+                }
+            }
+        } else {
+            acquiring.await
+        };
+        let (taken, parts, mode) = match acquired {
             Ok(Some(taken)) => taken,
             Ok(None) => {
                 failed(&self.rec, "not granted within the wait".into());
