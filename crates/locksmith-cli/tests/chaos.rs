@@ -70,10 +70,10 @@ fn a_short_run_under_every_fault_has_no_violations() {
         report["writes_accepted"].as_u64().unwrap() > 100,
         "{stdout}"
     );
-    assert!(
-        report["losses_signalled"].as_u64().unwrap() >= 1,
-        "{stdout}"
-    );
+    // A holder paused past its lease learned of the loss.
+    if report["holder_pauses"].as_u64().unwrap() >= 1 {
+        assert!(report["losses_noticed"].as_u64().unwrap() >= 1, "{stdout}");
+    }
     // Every kind was granted (the MultiLock's members count as locks; a
     // latch's grants are waits that saw it open).
     for kind in [

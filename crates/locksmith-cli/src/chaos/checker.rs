@@ -103,8 +103,11 @@ pub(crate) struct Report {
     pub(crate) writes_accepted: usize,
     pub(crate) writes_stale: usize,
     pub(crate) writes_indeterminate: usize,
-    /// Holds whose holder heard its lost signal.
+    /// Holds whose holder heard its lost signal while it held.
     pub(crate) losses_signalled: usize,
+    /// Holds whose holder learned of a loss while it held (signal, or
+    /// `is_lost` before a write or the release).
+    pub(crate) losses_noticed: usize,
     /// Releases the server answered "not held".
     pub(crate) releases_not_held: usize,
     /// Faults begun, by kind.
@@ -117,6 +120,8 @@ pub(crate) struct Report {
     pub(crate) longest_fault_ms: BTreeMap<String, u64>,
     /// Kill and pause faults whose target held a lock when hit.
     pub(crate) holder_faults: usize,
+    /// Of those, the pauses.
+    pub(crate) holder_pauses: usize,
     /// Fault heals whose recovery window was checked / skipped (another
     /// fault inside it, or the run ended first).
     pub(crate) recoveries_checked: usize,
@@ -461,11 +466,18 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
             } => {
                 if let Some(i) = find(&by_key, &holds, p, lock, *token, |h| !h.release_sent) {
                     let hold = &mut holds[i];
-                    hold.lost.get_or_insert(*t);
-                    if source == "signal" && hold.signalled.is_none() {
-                        report.losses_signalled += 1;
-                        hold.signalled = Some(*t);
+                    // Only while it held: some kinds fire their signal when
+                    // a release begins or ends, which is no loss.
+                    if *t < hold.end {
+                        if hold.lost.is_none() {
+                            report.losses_noticed += 1;
+                        }
+                        if source == "signal" && hold.signalled.is_none() {
+                            report.losses_signalled += 1;
+                            hold.signalled = Some(*t);
+                        }
                     }
+                    hold.lost.get_or_insert(*t);
                 }
             }
             Event::Write {
@@ -541,6 +553,9 @@ pub(crate) fn check(events: &[Event], lease: Duration) -> Report {
                 }
                 if *holder {
                     report.holder_faults += 1;
+                    if kind == "pause" {
+                        report.holder_pauses += 1;
+                    }
                 }
                 if kind == "pause" {
                     pauses.push((target.clone(), *t, u64::MAX));

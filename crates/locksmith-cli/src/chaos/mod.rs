@@ -1030,8 +1030,8 @@ fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
         report.writes_accepted, report.writes_stale, report.writes_indeterminate
     );
     println!(
-        "  losses signalled {}  releases answered not-held {}",
-        report.losses_signalled, report.releases_not_held
+        "  losses noticed {} (by the lost signal {})  releases answered not-held {}",
+        report.losses_noticed, report.losses_signalled, report.releases_not_held
     );
     let faults: Vec<String> = report
         .faults

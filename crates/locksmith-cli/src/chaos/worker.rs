@@ -769,12 +769,13 @@ impl Worker {
         if taken.as_ref().is_some_and(Taken::is_lost) {
             noticed(&self.rec);
         }
-        // The hold ends with the release's send: a signal after it (some
-        // kinds fire theirs as the release begins) is no loss.
+        let outcome = self.release(&parts, taken, kind, permits, &name).await;
+        // (A signal recorded after the release was sent, as some kinds fire
+        // theirs when a release begins or ends, is no loss: the checker
+        // counts only those before.)
         if let Some(w) = watcher {
             w.abort();
         }
-        let outcome = self.release(&parts, taken, kind, permits, &name).await;
         self.rw = None;
         self.record_release(&parts, outcome);
         if let Some((read, token, watcher)) = downgrade {
@@ -785,8 +786,8 @@ impl Worker {
                 fenced: true,
             };
             let part = std::slice::from_ref(&part);
-            watcher.abort();
             let outcome = self.release(part, Some(read), kind, 1, &name).await;
+            watcher.abort();
             self.record_release(part, outcome);
         }
     }
