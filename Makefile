@@ -66,8 +66,8 @@ bench-multi: setup
 # majority of them paused and killed; figures as JSON in target/chaos/.
 chaos: setup
 	mkdir -p target/chaos
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --duration 6m --json target/chaos/single.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --faults kill,cut,pause,black-hole,latency --duration 1m --json target/chaos/single-kept.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology sentinel --duration 2m --json target/chaos/sentinel.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/cluster.json
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind redlock --topology redlock --duration 1m --json target/chaos/redlock.json
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --duration 6m --json target/chaos/single.json --history target/chaos/single.jsonl
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --faults kill,cut,pause,black-hole,latency --duration 1m --json target/chaos/single-kept.json --history target/chaos/single-kept.jsonl
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology sentinel --duration 2m --json target/chaos/sentinel.json --history target/chaos/sentinel.jsonl
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/cluster.json --history target/chaos/cluster.jsonl
+	$(CARGO) run --release -p locksmith-cli -- chaos --kind redlock --topology redlock --duration 1m --json target/chaos/redlock.json --history target/chaos/redlock.jsonl

@@ -409,7 +409,11 @@ impl Worker {
         let names = &self.args.names;
         let name = names[index].clone();
         let kind = self.args.kind.of_name(index);
-        let wait = self.args.lease * 2;
+        // Every wait ends within the lease, so a worker that starts one just
+        // after a heal (on a name a killed waiter or holder still blocks)
+        // has room for another visit inside the recovery window
+        // (lease + 1 s).
+        let wait = self.args.lease;
         let c = &self.client;
         let guard = |g: Option<LockGuard>| {
             g.map(|g| {
@@ -434,7 +438,14 @@ impl Worker {
             // Broken, the fair lock's name is taken with the plain lock:
             // exclusive still, but first come is no longer first served.
             Kind::Fair if self.args.broken => guard(c.lock(&name)?.try_lock_for(wait).await?),
-            Kind::Fair => guard(c.fair_lock(&name)?.try_lock_for(wait).await?),
+            // A killed waiter delays the queue by its give-up time: the
+            // lease here, not the default 5 s.
+            Kind::Fair => guard(
+                c.fair_lock(&name)?
+                    .with_wait_timeout(self.args.lease)?
+                    .try_lock_for(wait)
+                    .await?,
+            ),
             Kind::Write => guard(c.read_write_lock(&name)?.try_write_for(wait).await?),
             Kind::ReadWrite => {
                 // Every third visit a reader; with `--broken` a "writer"
@@ -554,9 +565,7 @@ impl Worker {
             });
         } else {
             let invoked = now();
-            let opened = latch
-                .wait_for(self.args.lease + Duration::from_millis(500))
-                .await;
+            let opened = latch.wait_for(self.args.lease).await;
             self.rec.record(Event::LatchWait {
                 invoked,
                 t: now(),
