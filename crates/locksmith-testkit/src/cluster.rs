@@ -1,5 +1,5 @@
 //! [`RedisCluster`]: a six-node Redis Cluster (three primaries, one replica
-//! each) that can fail over on demand.
+//! each) that can fail over on demand, or three primaries alone.
 
 use std::fs::File;
 use std::io;
@@ -10,8 +10,9 @@ use crate::admin::{self, wait_for};
 use crate::process::{free_port, spawn_guarded};
 use crate::server::RedisServer;
 
-/// Nodes in the cluster: three primaries and one replica for each.
-const NODES: usize = 6;
+/// Primaries in the cluster (each with one replica, unless started
+/// without).
+const PRIMARIES: usize = 3;
 
 /// Slots in a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -40,8 +41,9 @@ const MANUAL_FAILOVER_ATTEMPTS: usize = 3;
 const AUTO_FAILOVER_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// A running six-node Redis Cluster on loopback: three primaries with one
-/// replica each, created with `redis-cli --cluster create`. Every node is
-/// killed on drop.
+/// replica each (or, from [`RedisCluster::start_without_replicas`], the
+/// three primaries alone), created with `redis-cli --cluster create`.
+/// Every node is killed on drop.
 ///
 /// Node indices (`0..6`) are fixed for the cluster's life; which of them are
 /// primaries changes with failovers, so ask [`primaries`](Self::primaries).
@@ -56,7 +58,7 @@ const AUTO_FAILOVER_TIMEOUT: Duration = Duration::from_secs(45);
 /// ```
 #[derive(Debug)]
 pub struct RedisCluster {
-    /// The six servers; their directories hold each node's `nodes.conf`, so
+    /// The servers; their directories hold each node's `nodes.conf`, so
     /// a restarted node rejoins with its old identity.
     nodes: Vec<RedisServer>,
     /// Cluster node id of each server, by index: `CLUSTER NODES` speaks in
@@ -130,7 +132,19 @@ impl RedisCluster {
     /// When a server or `redis-cli` fails, or the cluster does not become
     /// ready in time; the error says what was last seen.
     pub fn start() -> io::Result<RedisCluster> {
-        Self::start_with(None)
+        Self::start_with(None, 1)
+    }
+
+    /// Three cluster-enabled primaries and no replicas (`redis-cli
+    /// --cluster create --cluster-replicas 0`): the same slots as
+    /// [`start`](Self::start), without the replication that shares the
+    /// machine with everything else. Failover helpers have no replica to
+    /// promote here.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub fn start_without_replicas() -> io::Result<RedisCluster> {
+        Self::start_with(None, 0)
     }
 
     /// As [`start`](Self::start), with every node also listening for TLS
@@ -143,18 +157,19 @@ impl RedisCluster {
     /// # Errors
     /// As for [`start`](Self::start).
     pub fn start_tls(files: &crate::TlsFiles) -> io::Result<RedisCluster> {
-        Self::start_with(Some(files))
+        Self::start_with(Some(files), 1)
     }
 
-    fn start_with(tls: Option<&crate::TlsFiles>) -> io::Result<RedisCluster> {
+    /// Three primaries, each with `replicas` replicas.
+    fn start_with(tls: Option<&crate::TlsFiles>, replicas: usize) -> io::Result<RedisCluster> {
         // Only holds redis-cli's output, for the error of a failed create.
         let dir = tempfile::Builder::new()
             .prefix("locksmith-cluster-")
             .tempdir()?;
-        let nodes = (0..NODES)
+        let nodes = (0..PRIMARIES * (1 + replicas))
             .map(|_| start_node(tls))
             .collect::<io::Result<Vec<_>>>()?;
-        create(&nodes, dir.path())?;
+        create(&nodes, replicas, dir.path())?;
         let ids = nodes
             .iter()
             .map(|n| admin::query::<String>(&n.addr(), redis::cmd("CLUSTER").arg("MYID")))
@@ -190,7 +205,7 @@ impl RedisCluster {
         self.urls()
     }
 
-    /// Number of nodes (always six).
+    /// Number of nodes (six; three without replicas).
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -564,13 +579,18 @@ fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
     Err(last_err.unwrap_or_else(|| io::Error::other("no free port pair for a cluster node")))
 }
 
-/// Runs `redis-cli --cluster create` over `nodes`, bounded in time.
-fn create(nodes: &[RedisServer], dir: &std::path::Path) -> io::Result<()> {
+/// Runs `redis-cli --cluster create` over `nodes` with `replicas` per
+/// primary, bounded in time.
+fn create(nodes: &[RedisServer], replicas: usize, dir: &std::path::Path) -> io::Result<()> {
     let log_path = dir.join("create.log");
     let log = File::create(&log_path)?;
     let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
     args.extend(nodes.iter().map(RedisServer::addr));
-    args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(str::to_owned));
+    args.extend([
+        "--cluster-replicas".to_owned(),
+        replicas.to_string(),
+        "--cluster-yes".to_owned(),
+    ]);
     let mut child = spawn_guarded("redis-cli", &args, |cmd| {
         cmd.stdin(Stdio::null())
             .stdout(

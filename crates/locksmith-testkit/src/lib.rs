@@ -8,7 +8,8 @@
 //!   and killed.
 //! - [`RedisNodes`] (`nodes.rs`): N independent nodes, for Redlock.
 //! - [`RedisCluster`] (`cluster.rs`): six nodes in a Redis Cluster, three
-//!   primaries with a replica each, with manual and automatic failover.
+//!   primaries with a replica each, with manual and automatic failover (or
+//!   the three primaries alone).
 //! - [`SentinelGroup`] (`sentinel.rs`): a primary, two replicas and three
 //!   Sentinels, with a failover on demand.
 //! - [`TlsFiles`] (`tls.rs`): a throwaway CA and certificates for TLS

@@ -524,7 +524,7 @@ impl ClientBuilder {
             connect: config.connect_timeout,
             command: config.command_timeout,
         };
-        let conn = topology::connect(&address, timing, &security)
+        let conn = topology::connect(&address, timing, &security, &config.key_prefix)
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;

@@ -2,7 +2,10 @@
 //! migration's `ASK`, `TRYAGAIN` and `MOVED` answers are followed without
 //! an error reaching a caller, and exclusion holds throughout (a counter
 //! read and written back under each lock would lose increments to any
-//! overlap).
+//! overlap). Run twice: every lock in the moving slot, and half of the
+//! locks in other slots of the same node, so the moving slot's requests
+//! travel in calls that carry several slots (one call per node on Redis 7:
+//! the call must run none of a slot it no longer serves whole).
 
 mod common;
 
@@ -15,17 +18,95 @@ use locksmith::Client;
 use locksmith_testkit::RedisCluster;
 use redis::AsyncCommands;
 
-/// Lock names, all in the slot of the hash tag `{moving}`.
+/// Lock names in the moving slot's run.
 const NAMES: usize = 8;
 const TASKS: usize = 64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_keep_excluding_while_their_slot_moves() {
-    let cluster = Arc::new(
+    let cluster = start().await;
+    // Every name in the slot of `{moving}`.
+    let names = (0..NAMES).map(|n| format!("{{moving}}:{n}")).collect();
+    run(cluster, names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_carry_several_slots_leave_out_the_moving_one() {
+    let cluster = start().await;
+    // Half of 32 names in the moving slot, half in four other slots served
+    // by the same node, two tasks per name: calls carry several slots
+    // together (at most two calls are out per node, the rest queue).
+    let home = cluster.node_for_key("{moving}").unwrap();
+    let others: Vec<String> = (0..1000)
+        .map(|i| format!("other{i}"))
+        .filter(|tag| cluster.node_for_key(&format!("{{{tag}}}")).unwrap() == home)
+        .take(4)
+        .collect();
+    assert_eq!(others.len(), 4, "slots on the moving slot's node");
+    let names = (0..32)
+        .map(|n| match n % 2 {
+            0 => format!("{{moving}}:{n}"),
+            _ => format!("{{{}}}:{n}", others[n % 4 / 2 + 2 * (n / 16)]),
+        })
+        .collect();
+    // Every command the home node runs is logged, to find calls that
+    // carried several slots (their probe keys are among their arguments).
+    let mut node = redis::Client::open(cluster.nodes()[home].url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (option, value) in [
+        ("slowlog-max-len", "5000"),
+        ("slowlog-log-slower-than", "0"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(option)
+            .arg(value)
+            .query_async(&mut node)
+            .await
+            .unwrap();
+    }
+    run(cluster.clone(), names).await;
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(5_000)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let across = log
+        .iter()
+        .filter(|entry| mentions(entry, "locksmith-probe-"))
+        .count();
+    eprintln!(
+        "{across} of {} logged commands carried several slots",
+        log.len()
+    );
+    assert!(across > 0, "no call carried several slots");
+}
+
+/// Whether any string inside `value` contains `text`.
+fn mentions(value: &redis::Value, text: &str) -> bool {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).contains(text),
+        redis::Value::SimpleString(s) => s.contains(text),
+        redis::Value::Array(items) => items.iter().any(|item| mentions(item, text)),
+        _ => false,
+    }
+}
+
+async fn start() -> Arc<RedisCluster> {
+    Arc::new(
         tokio::task::spawn_blocking(|| RedisCluster::start().expect("a cluster"))
             .await
             .unwrap(),
-    );
+    )
+}
+
+/// 64 tasks lock and release `names` (a counter under each) while the
+/// slot of `{moving}` moves away and back.
+async fn run(cluster: Arc<RedisCluster>, names: Vec<String>) {
     let url = common::cluster_url(&cluster);
     let client = Client::builder(&url)
         .command_timeout(Duration::from_secs(2))
@@ -37,18 +118,25 @@ async fn locks_keep_excluding_while_their_slot_moves() {
         .get_async_connection()
         .await
         .unwrap();
+    // Keys that only fill the slot, so that its migration (3 keys per
+    // MIGRATE, 30 ms apart) lasts most of a second each way.
+    for i in 0..60 {
+        let mut raw = raw.clone();
+        let _: () = raw.set(format!("{{moving}}:filler:{i}"), i).await.unwrap();
+    }
     let stop = Arc::new(AtomicBool::new(false));
-    let done: Arc<Vec<AtomicU64>> = Arc::new((0..NAMES).map(|_| AtomicU64::new(0)).collect());
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..names.len()).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = Vec::new();
     for t in 0..TASKS {
         let (client, mut raw, stop, done) =
             (client.clone(), raw.clone(), stop.clone(), done.clone());
+        let n = t % names.len();
+        let name = names[n].clone();
         tasks.push(tokio::spawn(async move {
-            let n = t % NAMES;
             let lock = client
-                .lock(format!("{{moving}}:lock:{n}"))
+                .lock(format!("{name}:lock"))
                 .map_err(|e| e.to_string())?;
-            let counter = format!("{{moving}}:count:{n}");
+            let counter = format!("{name}:count");
             let mut rounds = 0u64;
             // Bounded in count and time: the migration takes a few seconds.
             while !stop.load(Ordering::Relaxed) && rounds < 10_000 {
@@ -113,7 +201,7 @@ async fn locks_keep_excluding_while_their_slot_moves() {
     let mut raw = raw;
     let mut counts = HashMap::new();
     for (n, done) in done.iter().enumerate() {
-        let counter = format!("{{moving}}:count:{n}");
+        let counter = format!("{}:count", names[n]);
         let stored: u64 = raw.get(&counter).await.unwrap();
         counts.insert(n, (stored, done.load(Ordering::Relaxed)));
     }

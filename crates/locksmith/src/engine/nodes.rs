@@ -11,8 +11,8 @@
 //! [`REFRESH_EVERY`] while in use.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
@@ -82,6 +82,85 @@ impl NodeMap {
         self.loading.store(false, Ordering::Release);
         stored
     }
+}
+
+/// Whether the cluster runs one batch call carrying the requests of
+/// several slots (a script flagged `allow-cross-slot-keys`: Redis 7 and
+/// later), learnt on first use; and the probe key of every slot those
+/// calls read to tell a slot this node serves whole (see `across.lua`).
+#[derive(Debug)]
+pub(crate) struct Across {
+    /// [`UNKNOWN`], [`YES`] or [`NO`].
+    state: AtomicU8,
+    /// The client's key prefix, which starts every probe key (so ACL key
+    /// patterns that admit the client's names admit its probes too).
+    prefix: String,
+    /// The probe keys, made on first use.
+    probes: OnceLock<Arc<Probes>>,
+}
+
+/// Not known yet: the next call that would carry several slots finds out.
+pub(crate) const UNKNOWN: u8 = 0;
+/// The cluster runs cross-slot batch calls.
+pub(crate) const YES: u8 = 1;
+/// It does not (Redis 6): several slots' requests go as one call per
+/// slot, pipelined.
+pub(crate) const NO: u8 = 2;
+
+/// Per slot, a key of that slot that never exists: a read of it fails
+/// unless the node serves the whole slot.
+pub(crate) type Probes = HashMap<Slot, Box<str>>;
+
+impl Across {
+    /// Unknown yet, for a client whose names start with `prefix`.
+    pub(crate) fn new(prefix: &str) -> Across {
+        Across {
+            state: AtomicU8::new(UNKNOWN),
+            prefix: prefix.to_owned(),
+            probes: OnceLock::new(),
+        }
+    }
+
+    /// [`UNKNOWN`], [`YES`] or [`NO`].
+    pub(crate) fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Records what the cluster answered.
+    pub(crate) fn set(&self, state: u8) {
+        self.state.store(state, Ordering::Release);
+    }
+
+    /// Every slot's probe key.
+    pub(crate) fn probes(&self) -> &Arc<Probes> {
+        self.probes.get_or_init(|| probe_keys(&self.prefix))
+    }
+}
+
+/// The probe keys of every slot for `prefix`: `{<prefix>locksmith-probe-N}`
+/// with the least N that falls in the slot. Made once per prefix and
+/// process (about 170,000 hashes).
+fn probe_keys(prefix: &str) -> Arc<Probes> {
+    static MADE: LazyLock<Mutex<HashMap<String, Arc<Probes>>>> = LazyLock::new(Mutex::default);
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(probes) = made.get(prefix) {
+        return probes.clone();
+    }
+    let mut probes = Probes::with_capacity(usize::from(SLOTS));
+    let mut key = String::new();
+    let mut n: u64 = 0;
+    while probes.len() < usize::from(SLOTS) {
+        use std::fmt::Write;
+        key.clear();
+        let _ = write!(key, "{{{prefix}locksmith-probe-{n}}}");
+        probes
+            .entry(Slot::for_key(&key))
+            .or_insert_with(|| key.as_str().into());
+        n += 1;
+    }
+    let probes = Arc::new(probes);
+    made.insert(prefix.to_owned(), probes.clone());
+    probes
 }
 
 /// `items` split by the slot of each one's key: the slots in the order
@@ -154,6 +233,23 @@ mod tests {
             Value::Int(port),
             Value::BulkString(b"id".to_vec()),
         ])
+    }
+
+    #[test]
+    fn every_slot_has_a_probe_key_of_its_own() {
+        let started = std::time::Instant::now();
+        let probes = probe_keys("app1:");
+        let took = started.elapsed();
+        assert_eq!(probes.len(), usize::from(SLOTS));
+        for (slot, key) in probes.iter() {
+            assert_eq!(Slot::for_key(&**key), *slot);
+            assert!(key.starts_with("{app1:locksmith-probe-") && key.ends_with('}'));
+        }
+        // Made once per prefix.
+        assert!(Arc::ptr_eq(&probes, &probe_keys("app1:")));
+        let plain = probe_keys("");
+        assert!(plain.values().all(|k| k.starts_with("{locksmith-probe-")));
+        eprintln!("probe keys made in {took:?}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::engine::conn::Acks;
-use crate::engine::topology::{did_not_run, Conn};
+use crate::engine::topology::{did_not_run, ClusterConn, Conn};
 
 /// `next_token(key)`: the fencing-token helper every script starts with.
 pub(crate) const TOKEN: &str = include_str!("token.lua");
@@ -25,6 +25,15 @@ pub(crate) const ANNOUNCE: &str = include_str!("announce.lua");
 
 /// `each_request(nkeys, nargs, request)`: the loop of every batch script.
 pub(crate) const BATCH: &str = include_str!("batch.lua");
+
+/// `each_request(nkeys, nargs, request)` for one call carrying several
+/// slots' requests: what replaces [`BATCH`] in a batch script's
+/// [`Lua::across`] variant.
+pub(crate) const ACROSS: &str = include_str!("across.lua");
+
+/// The first line of a script that touches keys of several slots: Redis 7
+/// and later run it on a cluster node as long as the node serves them.
+const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys\n";
 
 /// `each_hold(renew)`: the loop of every renewal script.
 pub(crate) const HOLDS: &str = include_str!("holds.lua");
@@ -36,9 +45,14 @@ pub(crate) const RECEIPT: &str = include_str!("receipt.lua");
 /// A script's reply and, with `WAIT`, how many replicas acknowledged.
 pub(crate) type Answer = RedisResult<(Value, Option<u32>)>;
 
-/// Sends of one [`Lua::run`] on a cluster while the answers prove the call
-/// did not run.
-const RUN_SENDS: u32 = 7;
+/// How long one [`Lua::run`] on a cluster keeps sending a call again while
+/// the answers prove it did not run (a slot migration's `TRYAGAIN` lasts
+/// until the last of the call's keys has moved, which takes as long as
+/// the slot's other keys ahead of it).
+const RUN_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The longest pause between two such sends.
+const RUN_PAUSE_MAX: Duration = Duration::from_millis(250);
 
 /// A composed script: its name (the file it was made from), its whole
 /// source, and the `Script` that sends it by SHA.
@@ -56,14 +70,37 @@ pub(crate) struct Lua {
     /// Sent without `WAIT`: writes nothing, or writes whose caller does
     /// not wait for replicas.
     unacked: bool,
+    /// For a batch script, the same script taking the requests of several
+    /// slots served by one cluster node in one call ([`ACROSS`]).
+    across: Option<Box<Lua>>,
 }
 
 impl Lua {
-    /// `TOKEN`, then each of `preludes` once (in order), then `body`.
+    /// `TOKEN`, then each of `preludes` once (in order), then `body`. A
+    /// batch script (one with [`BATCH`] among its preludes) also gets its
+    /// [`Lua::across`] variant: the same with [`ACROSS`] in place of
+    /// [`BATCH`], flagged to reach several slots.
     pub(crate) fn compose(name: &'static str, preludes: &[&str], body: &str) -> Lua {
+        let mut lua = Lua::assemble(name, "", preludes, body);
+        if preludes.contains(&BATCH) {
+            let preludes: Vec<&str> = preludes
+                .iter()
+                .map(|&p| if p == BATCH { ACROSS } else { p })
+                .collect();
+            lua.across = Some(Box::new(Lua::assemble(name, CROSS_SLOT, &preludes, body)));
+        }
+        lua
+    }
+
+    /// `first`, `TOKEN`, each of `preludes` once, `body`.
+    fn assemble(name: &'static str, first: &str, preludes: &[&str], body: &str) -> Lua {
         let mut source = String::with_capacity(
-            TOKEN.len() + preludes.iter().map(|p| p.len()).sum::<usize>() + body.len(),
+            first.len()
+                + TOKEN.len()
+                + preludes.iter().map(|p| p.len()).sum::<usize>()
+                + body.len(),
         );
+        source.push_str(first);
         source.push_str(TOKEN);
         let mut seen: Vec<&str> = Vec::with_capacity(preludes.len());
         for prelude in preludes {
@@ -80,12 +117,14 @@ impl Lua {
             script,
             once: false,
             unacked: false,
+            across: None,
         }
     }
 
     /// Marks the script as not idempotent: sent at most once.
     pub(crate) fn once(mut self) -> Lua {
         self.once = true;
+        self.across = self.across.map(|a| Box::new(a.once()));
         self
     }
 
@@ -97,7 +136,18 @@ impl Lua {
     /// Marks the script as sent without `WAIT` although it writes.
     pub(crate) fn unacked(mut self) -> Lua {
         self.unacked = true;
+        self.across = self.across.map(|a| Box::new(a.unacked()));
         self
+    }
+
+    /// For a batch script, its variant that takes the requests of several
+    /// slots in one call, all served by the node the call goes to (see
+    /// `across.lua` for its layout); `None` for other scripts. Needs Redis
+    /// 7 or later ([`ClusterConn::crosses_slots`]).
+    ///
+    /// [`ClusterConn::crosses_slots`]: crate::engine::topology::ClusterConn::crosses_slots
+    pub(crate) fn across(&self) -> Option<&Lua> {
+        self.across.as_deref()
     }
 
     /// A call of this script with keys and arguments still to add, as
@@ -130,8 +180,8 @@ impl Lua {
     /// outlasted the connection's own redirects (a slot being migrated
     /// answers `TRYAGAIN` to a script whose keys it holds only some of,
     /// until the rest has moved; a node being failed over refuses) is sent
-    /// again after a pause, doubling from 20 ms, up to [`RUN_SENDS`] sends
-    /// (about 1.3 s in all).
+    /// again after a pause, doubling from 20 ms up to 250 ms, for up to
+    /// [`RUN_PATIENCE`] (5 s).
     pub(crate) async fn run(
         &self,
         conn: &Conn,
@@ -139,15 +189,18 @@ impl Lua {
         acks: Acks,
     ) -> RedisResult<(Value, Option<u32>)> {
         let mut pause = Duration::from_millis(20);
-        let mut sends = 0;
+        let started = tokio::time::Instant::now();
         loop {
-            sends += 1;
             let reply = self.run_once(conn, cmd, acks).await;
             match &reply {
-                Err(e) if conn.is_cluster() && sends < RUN_SENDS && did_not_run(e) => {
+                Err(e)
+                    if conn.is_cluster()
+                        && started.elapsed() + pause <= RUN_PATIENCE
+                        && did_not_run(e) =>
+                {
                     tracing::debug!(error = %e, "the cluster did not run the call; sending it again");
                     tokio::time::sleep(pause).await;
-                    pause *= 2;
+                    pause = (pause * 2).min(RUN_PAUSE_MAX);
                 }
                 _ => return reply,
             }
@@ -284,6 +337,64 @@ impl Lua {
             .collect()
     }
 
+    /// Runs `cmd`, a call that declares no keys (a batch script's
+    /// [`Lua::across`] variant), once on the primary redis-rs has for
+    /// `slot`: at most once on the connection that never resends if the
+    /// script is not idempotent, followed by `WAIT` in the same round trip
+    /// when `acks` asks for replicas (as [`Lua::run`]). Answers `None` when
+    /// the node proves the call did not run (a refused round trip, a node
+    /// failing over, `NOSCRIPT`: the script is then loaded for the next
+    /// call): the caller sends its requests another way.
+    pub(crate) async fn run_at(
+        &self,
+        cluster: &ClusterConn,
+        slot: Slot,
+        cmd: &Cmd,
+        acks: Acks,
+    ) -> Option<Answer> {
+        let acks = if self.unacked { Acks::default() } else { acks };
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(cmd.clone());
+        let waits = acks.min > 0;
+        if waits {
+            pipeline
+                .cmd("WAIT")
+                .arg(acks.min)
+                .arg(acks.timeout.as_millis() as u64);
+        }
+        let count = 1 + usize::from(waits);
+        let mut replies = match cluster.pipeline_to(slot, pipeline, count, self.once).await {
+            Ok(replies) if replies.len() == count => replies.into_iter(),
+            Ok(replies) => {
+                return Some(Err(RedisError::from(std::io::Error::other(format!(
+                    "a pipeline of {count} commands got {} replies",
+                    replies.len()
+                )))))
+            }
+            Err(e) if did_not_run(&e) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let answer = replies.next().map(Value::extract_error);
+        // A WAIT that failed counts no replica (as in `run_pipelined`).
+        let acked = waits.then(|| match replies.next() {
+            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            _ => 0,
+        });
+        match answer? {
+            Ok(value) => Some(Ok((value, acked))),
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                metrics::counter!("locksmith_script_reloads_total").increment(1);
+                let mut loading = cluster.clone();
+                if let Err(e) = self.script.load_async(&mut loading).await {
+                    tracing::debug!(error = %e, "loading the cross-slot batch script failed");
+                }
+                None
+            }
+            Err(e) if did_not_run(&e) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// The script's name: the path of its file under `src/`, without
     /// `.lua`.
     pub(crate) fn name(&self) -> &'static str {
@@ -367,5 +478,21 @@ mod tests {
         assert_eq!(lua.source().matches("local function announce").count(), 1);
         assert!(lua.source().ends_with("return 1"));
         assert_eq!(lua.name(), "x");
+        assert!(lua.across().is_none());
+    }
+
+    #[test]
+    fn a_batch_script_has_a_cross_slot_variant() {
+        let lua = Lua::compose("x", &[BATCH, ANNOUNCE], "return 1").once();
+        let across = lua.across().expect("a batch script has one");
+        assert!(across
+            .source()
+            .starts_with("#!lua flags=allow-cross-slot-keys\n"));
+        assert!(across.source().contains("local KEYS = {}"));
+        assert!(!across.source().contains(BATCH));
+        assert!(lua.source().contains(BATCH));
+        assert!(across.source().ends_with("return 1"));
+        assert_ne!(across.get_hash(), lua.get_hash());
+        assert!(across.once && lua.once);
     }
 }

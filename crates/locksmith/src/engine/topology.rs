@@ -28,7 +28,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::engine::conn::{Acks, Timing};
-use crate::engine::nodes::{self, NodeMap};
+use crate::engine::nodes::{self, Across, NodeMap};
 use crate::engine::security::{is_tls_url, redact, Credentials, Security};
 use tokio::sync::watch;
 
@@ -407,10 +407,13 @@ pub(crate) enum Destination {
 
 /// Connects to `address`; the first connection must succeed within about
 /// one connect timeout.
+/// `key_prefix` is the client's (see `ClientBuilder::key_prefix`): on a
+/// cluster, the keys the connection makes up itself start with it too.
 pub(crate) async fn connect(
     address: &Address,
     timing: Timing,
     security: &Security,
+    key_prefix: &str,
 ) -> Result<Conn> {
     let describe = address.describe();
     let fail = |source: redis::RedisError| Error::Connect {
@@ -447,6 +450,7 @@ pub(crate) async fn connect(
                     once,
                     at_most_once: false,
                     nodes: Arc::default(),
+                    across: Arc::new(Across::new(key_prefix)),
                 };
                 conn.refresh_nodes();
                 Ok(Conn::Cluster(conn))
@@ -530,6 +534,9 @@ pub(crate) struct ClusterConn {
     at_most_once: bool,
     /// Which node serves which slot, for grouping calls by node.
     nodes: Arc<NodeMap>,
+    /// Whether one call may carry several slots' requests, and the keys
+    /// such calls probe.
+    across: Arc<Across>,
 }
 
 /// Sends per at-most-once command: the first, then redirects followed.
@@ -577,6 +584,46 @@ impl ClusterConn {
             self.refresh_nodes();
         }
         self.nodes.node_of(slot)
+    }
+
+    /// Whether one batch call may carry the requests of several slots
+    /// served by one node, with `across` (a batch script's cross-slot
+    /// variant, flagged `allow-cross-slot-keys`). The first time, the
+    /// script is loaded on every primary: a refusal (Redis 6 does not know
+    /// the flag) answers no for good, and several slots' requests then go
+    /// as one call per slot, pipelined; a load that did not get through
+    /// (a dropped connection, a failover) leaves it to the next call.
+    pub(crate) async fn crosses_slots(&self, across: &redis::Script) -> bool {
+        match self.across.state() {
+            nodes::YES => true,
+            nodes::NO => false,
+            _ => {
+                let mut conn = self.retrying.clone();
+                match across.load_async(&mut conn).await {
+                    Ok(_) => {
+                        self.across.set(nodes::YES);
+                        true
+                    }
+                    Err(e)
+                        if matches!(e.kind(), redis::ErrorKind::Server(_)) && !did_not_run(&e) =>
+                    {
+                        tracing::info!(error = %e, "the cluster does not run scripts that reach several slots (Redis 7 or later does); requests of several slots go as one call per slot");
+                        self.across.set(nodes::NO);
+                        false
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "loading the cross-slot batch script failed; trying again with the next call");
+                        false
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every slot's probe key, for cross-slot calls (see
+    /// [`ClusterConn::crosses_slots`] and `across.lua`).
+    pub(crate) fn probes(&self) -> &Arc<nodes::Probes> {
+        self.across.probes()
     }
 
     /// A call was answered `MOVED`: the view of the nodes is reloaded
@@ -1328,6 +1375,64 @@ pub(crate) async fn server_major_version(conn: &Conn) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client's view of the slots names a failed-over slot's new
+    /// primary soon after: on the `MOVED` a call meets, or at the latest
+    /// on the next scheduled reload.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_view_of_the_slots_follows_a_failover() {
+        let mut cluster = tokio::task::spawn_blocking(|| {
+            locksmith_testkit::RedisCluster::start().expect("a cluster")
+        })
+        .await
+        .unwrap();
+        let address = Address::Cluster {
+            seeds: cluster.urls(),
+        };
+        let timing = Timing {
+            connect: Duration::from_secs(2),
+            command: Duration::from_secs(2),
+        };
+        let security = Security::load(&Default::default()).unwrap();
+        let conn = connect(&address, timing, &security, "").await.unwrap();
+        let cluster_conn = conn.cluster().unwrap().clone();
+        let key = "{failing}";
+        let slot = Slot::for_key(key);
+        let old = cluster.node_for_key(key).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while cluster_conn.node_of(slot).as_deref() != Some(&*cluster.nodes()[old].addr()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the view was loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let new = tokio::task::spawn_blocking(move || {
+            let new = cluster.failover(old).expect("failed over");
+            (cluster, new)
+        })
+        .await
+        .unwrap();
+        let (cluster, new) = new;
+        let wanted = cluster.nodes()[new].addr();
+        // A call of the slot: the old primary, a replica now, answers
+        // MOVED to the connection that still has it, or redis-rs already
+        // knows; either way the view must follow within the reload period.
+        let mut probe = conn.clone();
+        let _: redis::RedisResult<Value> = redis::cmd("GET").arg(key).query_async(&mut probe).await;
+        let deadline = tokio::time::Instant::now() + nodes::REFRESH_EVERY * 2;
+        loop {
+            let seen = cluster_conn.node_of(slot);
+            if seen.as_deref() == Some(&*wanted) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the view still names {seen:?} for the slot, not the new primary {wanted}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 
     #[test]
     fn url_forms() {
