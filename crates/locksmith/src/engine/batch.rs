@@ -24,11 +24,12 @@
 //! `engine::nodes`; per slot while a slot's primary is not known). A
 //! script's declared keys must share one hash slot, so a batch holding
 //! several slots goes, on Redis 7 and later, as one call of the script's
-//! cross-slot variant (`across.lua`, flagged `allow-cross-slot-keys`): the
-//! first slot's keys declared, the others' passed as arguments, each
-//! further slot checked by a probe key before its requests run, so a slot
-//! the node does not serve whole (a stale view, a migration) runs none of
-//! its requests and they are sent again as calls of their own. Where the
+//! cross-slot variant (`across.lua`, flagged `allow-cross-slot-keys`): no
+//! declared keys, every key passed as an argument, the call sent to the
+//! node the connection has for the first slot, and each slot checked by a
+//! probe key before its requests run, so a slot the node does not serve
+//! whole (a stale view, a migration) runs none of its requests and they
+//! are sent again as calls of their own. Where the
 //! cluster refuses that script (Redis 6), a batch goes as one call per
 //! slot, all pipelined to the node in one round trip with one `WAIT` after
 //! them (`Lua::run_pipelined`). A call answered `MOVED` or `ASK` (the slot
@@ -497,7 +498,7 @@ impl Shared {
     /// Sends `batch`: one script call, or on a cluster, where a call's
     /// keys must share one slot, one call per slot, pipelined to their
     /// node with one `WAIT` after them all ([`Lua::run_pipelined`]).
-    async fn send(&self, batch: Vec<Request>) {
+    async fn send(self: &Arc<Self>, batch: Vec<Request>) {
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
         if self.conn.is_cluster() {
             // Boxed: the pipelined path's future is large, and every
@@ -514,7 +515,7 @@ impl Shared {
     /// view) go as one call of the script's cross-slot variant where the
     /// cluster runs it ([`Shared::send_across`]), else as one call per slot,
     /// pipelined.
-    async fn send_by_slot(&self, batch: Vec<Request>) {
+    async fn send_by_slot(self: &Arc<Self>, batch: Vec<Request>) {
         let mut by_slot = nodes::by_slot(batch, |request| request.call.first_key());
         if by_slot.len() == 1 {
             let (_, batch) = by_slot.remove(0);
@@ -549,16 +550,18 @@ impl Shared {
     }
 
     /// Several slots' requests in one call of `across`, the script's
-    /// cross-slot variant (see `across.lua`): every key in ARGV with each
-    /// slot's probe key, the call sent to the node redis-rs has for the
-    /// first slot, once, as one call would be ([`Lua::run_at`]: at most
-    /// once for a script that is not idempotent, one `WAIT`). The requests
-    /// of a slot the node turned out not to serve whole did not run: they
-    /// go again as calls of their own slot (which follow the cluster's
-    /// redirects), after a reload of the view; so does the whole batch if
-    /// the node proved the call did not run.
+    /// cross-slot variant (see `across.lua`): no declared keys, every key
+    /// in ARGV with each slot's probe key, the call sent to the node
+    /// redis-rs has for the first slot, once, as one call would be
+    /// ([`Lua::run_at`]: at most once for a script that is not idempotent,
+    /// one `WAIT`). The requests of a slot the node turned out not to
+    /// serve whole did not run: they go again as calls of their own slot
+    /// (which follow the cluster's redirects), after a reload of the view;
+    /// so does the whole batch if the node proved the call did not run.
+    /// Those go from a task of their own, so that the node's queue, which
+    /// keeps one call out, is not held up by a slot being migrated.
     async fn send_across(
-        &self,
+        self: &Arc<Self>,
         across: &Lua,
         cluster: &ClusterConn,
         by_slot: Vec<(Slot, Vec<Request>)>,
@@ -569,19 +572,34 @@ impl Shared {
         ) else {
             return self.send_pipelined(by_slot).await;
         };
-        let Some(reply) = across.run_at(cluster, first, &cmd, self.acks).await else {
-            return Box::pin(self.send_pipelined(by_slot)).await;
-        };
-        let batch = by_slot
+        let batch: Vec<Request> = by_slot
             .into_iter()
             .flat_map(|(_, requests)| requests)
             .collect();
-        let again = deliver(batch, reply, true);
+        let again = match across.run_at(cluster, first, &cmd, self.acks).await {
+            Some(reply) => {
+                let again = deliver(batch, reply, true);
+                if !again.is_empty() {
+                    metrics::counter!("locksmith_cross_slot_resends_total")
+                        .increment(again.len() as u64);
+                    cluster.moved();
+                }
+                again
+            }
+            None => batch,
+        };
+        // A request whose caller went away did not run: nothing to send
+        // (as for a request dropped unsent, see `take_batch`).
+        let again: Vec<Request> = again
+            .into_iter()
+            .filter(|request| !request.reply.is_closed())
+            .collect();
         if !again.is_empty() {
-            metrics::counter!("locksmith_cross_slot_resends_total").increment(again.len() as u64);
-            cluster.moved();
-            let by_slot = nodes::by_slot(again, |request| request.call.first_key());
-            Box::pin(self.send_pipelined(by_slot)).await;
+            let shared = self.clone();
+            self.tasks.spawn(async move {
+                let by_slot = nodes::by_slot(again, |request| request.call.first_key());
+                shared.send_pipelined(by_slot).await;
+            });
         }
     }
 

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 use crate::engine::batch::MAX_IN_FLIGHT;
 use crate::engine::conn::{Timing, ATTEMPTS};
 use crate::engine::renewal::Registration;
+use crate::engine::scripts::RUN_PATIENCE;
 use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
@@ -110,12 +111,19 @@ impl HoldState {
 /// still be resent inline, in the worst case: every one of the library's
 /// sends waits behind the calls already in flight and takes the command
 /// timeout, redis-rs resends each up to three more times on a cluster, and
-/// the connection is re-established twice. A resend in the background
-/// after that finds no receipt and counts the hold as lost, which only ends
-/// it sooner locally (its caller was already told the release failed).
+/// the connection is re-established twice; on a cluster each send may
+/// also be refused as not run (a slot being migrated) for up to
+/// [`RUN_PATIENCE`] before it lands. A resend in the background after that
+/// finds no receipt and counts the hold as lost, which only ends it sooner
+/// locally (its caller was already told the release failed).
 pub(crate) fn receipt_ttl(timing: Timing, cluster: bool) -> Duration {
     let per_send = if cluster { 4 } else { 1 };
-    timing.command * (ATTEMPTS * per_send + MAX_IN_FLIGHT) as u32 + timing.connect * 2
+    let refused = if cluster {
+        RUN_PATIENCE * ATTEMPTS as u32
+    } else {
+        Duration::ZERO
+    };
+    timing.command * (ATTEMPTS * per_send + MAX_IN_FLIGHT) as u32 + timing.connect * 2 + refused
 }
 
 /// When a release's sends went out: what decides how to read its answer.

@@ -92,12 +92,21 @@ impl NodeMap {
 pub(crate) struct Across {
     /// [`UNKNOWN`], [`YES`] or [`NO`].
     state: AtomicU8,
-    /// The client's key prefix, which starts every probe key (so ACL key
-    /// patterns that admit the client's names admit its probes too).
+    /// While [`UNKNOWN`]: no attempt to find out before this (an attempt
+    /// that did not get through waits [`RETRY_ACROSS`] for the next).
+    next_try: Mutex<Option<Instant>>,
+    /// The client's key prefix, which every probe key carries right after
+    /// its opening brace (so ACL key patterns that admit the client's
+    /// auxiliary keys, `~*{<prefix>*`, admit its probes too).
     prefix: String,
     /// The probe keys, made on first use.
     probes: OnceLock<Arc<Probes>>,
 }
+
+/// How long after a failed attempt to find out whether the cluster runs
+/// cross-slot batch calls the next one is made (calls go per slot
+/// meanwhile).
+pub(crate) const RETRY_ACROSS: Duration = Duration::from_secs(5);
 
 /// Not known yet: the next call that would carry several slots finds out.
 pub(crate) const UNKNOWN: u8 = 0;
@@ -116,6 +125,7 @@ impl Across {
     pub(crate) fn new(prefix: &str) -> Across {
         Across {
             state: AtomicU8::new(UNKNOWN),
+            next_try: Mutex::new(None),
             prefix: prefix.to_owned(),
             probes: OnceLock::new(),
         }
@@ -129,6 +139,26 @@ impl Across {
     /// Records what the cluster answered.
     pub(crate) fn set(&self, state: u8) {
         self.state.store(state, Ordering::Release);
+    }
+
+    /// Claims an attempt to find out, unless one failed less than
+    /// [`RETRY_ACROSS`] ago (or another is under way).
+    pub(crate) fn try_now(&self) -> bool {
+        let mut next = self.next_try.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if next.is_some_and(|at| now < at) {
+            return false;
+        }
+        // Until this attempt ends, others go per slot.
+        *next = Some(now + RETRY_ACROSS);
+        true
+    }
+
+    /// The attempt ended without an answer: the next one may be made
+    /// [`RETRY_ACROSS`] from now.
+    pub(crate) fn failed_now(&self) {
+        *self.next_try.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + RETRY_ACROSS);
     }
 
     /// Every slot's probe key.

@@ -49,7 +49,7 @@ pub(crate) type Answer = RedisResult<(Value, Option<u32>)>;
 /// the answers prove it did not run (a slot migration's `TRYAGAIN` lasts
 /// until the last of the call's keys has moved, which takes as long as
 /// the slot's other keys ahead of it).
-const RUN_PATIENCE: Duration = Duration::from_secs(5);
+pub(crate) const RUN_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The longest pause between two such sends.
 const RUN_PAUSE_MAX: Duration = Duration::from_millis(250);
@@ -225,7 +225,7 @@ impl Lua {
         {
             metrics::counter!("locksmith_script_reloads_total").increment(1);
             // Loading is idempotent: the connection that resends may do it
-            // (on a cluster it goes to every primary).
+            // (on a cluster it goes to every node).
             // Boxed: a rare path, kept out of every call's future.
             reply = Box::pin(async {
                 let mut loading = conn.clone();
@@ -390,7 +390,12 @@ impl Lua {
                 }
                 None
             }
-            Err(e) if did_not_run(&e) => None,
+            // Refused before it ran: a redirect or refusal, or what Redis
+            // checks up front for a script flagged as this one is (it may
+            // write: `OOM` under `maxmemory`, `MISCONF`, `NOREPLICAS`). The
+            // requests go as calls of their own slot, unflagged, where
+            // those that write nothing (or only delete) still run.
+            Err(e) if did_not_run(&e) || refused_up_front(&e) => None,
             Err(e) => Some(Err(e)),
         }
     }
@@ -405,6 +410,12 @@ impl Lua {
     pub(crate) fn source(&self) -> &str {
         &self.source
     }
+}
+
+/// True for the errors Redis answers before running a flagged script
+/// (`#!lua flags=...`) that may write: it did not run.
+fn refused_up_front(e: &RedisError) -> bool {
+    matches!(e.code(), Some("OOM" | "MISCONF" | "NOREPLICAS"))
 }
 
 /// One call of a [`Lua`] script being put together: keys and arguments in

@@ -589,14 +589,17 @@ impl ClusterConn {
     /// Whether one batch call may carry the requests of several slots
     /// served by one node, with `across` (a batch script's cross-slot
     /// variant, flagged `allow-cross-slot-keys`). The first time, the
-    /// script is loaded on every primary: a refusal (Redis 6 does not know
-    /// the flag) answers no for good, and several slots' requests then go
-    /// as one call per slot, pipelined; a load that did not get through
-    /// (a dropped connection, a failover) leaves it to the next call.
+    /// script is loaded on every node: a refusal to compile it (Redis 6
+    /// does not know the flag) answers no for good, and several slots'
+    /// requests then go as one call per slot, pipelined. An attempt that
+    /// did not get through (a dropped connection, a node loading or busy,
+    /// a user without `SCRIPT LOAD`) is made again [`nodes::RETRY_ACROSS`]
+    /// later; calls go per slot meanwhile.
     pub(crate) async fn crosses_slots(&self, across: &redis::Script) -> bool {
         match self.across.state() {
             nodes::YES => true,
             nodes::NO => false,
+            _ if !self.across.try_now() => false,
             _ => {
                 let mut conn = self.retrying.clone();
                 match across.load_async(&mut conn).await {
@@ -605,14 +608,16 @@ impl ClusterConn {
                         true
                     }
                     Err(e)
-                        if matches!(e.kind(), redis::ErrorKind::Server(_)) && !did_not_run(&e) =>
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
                     {
                         tracing::info!(error = %e, "the cluster does not run scripts that reach several slots (Redis 7 or later does); requests of several slots go as one call per slot");
                         self.across.set(nodes::NO);
                         false
                     }
                     Err(e) => {
-                        tracing::debug!(error = %e, "loading the cross-slot batch script failed; trying again with the next call");
+                        tracing::debug!(error = %e, "loading the cross-slot batch script failed; trying again later");
+                        self.across.failed_now();
                         false
                     }
                 }
