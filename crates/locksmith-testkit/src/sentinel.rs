@@ -252,6 +252,24 @@ impl SentinelGroup {
         })
     }
 
+    /// Makes data node `i` a replica of the current primary with
+    /// `REPLICAOF` (plain ports), as an operator would when the Sentinels
+    /// are slow to reconfigure a node that came back as a primary. The
+    /// Sentinels do it themselves, normally: some 8 to 20 s after the node
+    /// answers again (it must report its role for 8 s first, and they ask
+    /// replicas every 10 s).
+    ///
+    /// # Errors
+    /// When the node does not accept the command.
+    pub fn make_replica(&self, i: usize) -> io::Result<()> {
+        let primary = self.servers[self.primary].port().to_string();
+        admin::query::<()>(
+            &self.servers[i].addr(),
+            redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary),
+        )
+        .map_err(io::Error::other)
+    }
+
     /// Kills the current primary with SIGKILL. The Sentinels notice after
     /// `down-after-milliseconds` (1 s) and promote a replica; see
     /// [`wait_for_failover`](Self::wait_for_failover).
