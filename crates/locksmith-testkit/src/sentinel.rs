@@ -252,22 +252,35 @@ impl SentinelGroup {
         })
     }
 
-    /// Makes data node `i` a replica of the current primary with
-    /// `REPLICAOF` (plain ports), as an operator would when the Sentinels
-    /// are slow to reconfigure a node that came back as a primary. The
-    /// Sentinels do it themselves, normally: some 8 to 20 s after the node
-    /// answers again (it must report its role for 8 s first, and they ask
-    /// replicas every 10 s).
+    /// Makes every data node that does not replicate from the current
+    /// primary a replica of it with `REPLICAOF` (plain ports), as an
+    /// operator would when the Sentinels are slow to reconfigure the
+    /// nodes after a failover. The Sentinels do it themselves, normally:
+    /// the other replicas during the failover, and a node that comes back
+    /// as a primary some 8 to 20 s after it answers again (it must report
+    /// its role for 8 s first, and they ask replicas every 10 s). Answers
+    /// the nodes it reconfigured.
     ///
     /// # Errors
-    /// When the node does not accept the command.
-    pub fn make_replica(&self, i: usize) -> io::Result<()> {
+    /// When a node does not answer or refuses the command.
+    pub fn repair_replicas(&self) -> io::Result<Vec<usize>> {
         let primary = self.servers[self.primary].port().to_string();
-        admin::query::<()>(
-            &self.servers[i].addr(),
-            redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary),
-        )
-        .map_err(io::Error::other)
+        let mut repaired = Vec::new();
+        for (i, server) in self.servers.iter().enumerate() {
+            if i == self.primary {
+                continue;
+            }
+            let info = admin::info(&server.addr(), "replication").map_err(io::Error::other)?;
+            if info.get("master_port") != Some(&primary) {
+                admin::query::<()>(
+                    &server.addr(),
+                    redis::cmd("REPLICAOF").arg("127.0.0.1").arg(&primary),
+                )
+                .map_err(io::Error::other)?;
+                repaired.push(i);
+            }
+        }
+        Ok(repaired)
     }
 
     /// Kills the current primary with SIGKILL. The Sentinels notice after

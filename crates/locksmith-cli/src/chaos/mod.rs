@@ -990,12 +990,14 @@ async fn inject(
                 // Healed once the replicas are in sync again: until then a
                 // grant cannot reach the replica acknowledgement the
                 // clients ask for (WAIT), and is refused as NotReplicated.
-                // The Sentinels reconfigure the restarted node within some
-                // 8-20 s; on a loaded machine they once had not after 60 s,
-                // so after 30 s the nemesis does it as an operator would.
+                // The Sentinels reconfigure the replicas during the
+                // failover and the restarted node some 8-20 s after it is
+                // back; on a loaded machine they have left a node a
+                // primary, or a replica of an old primary, for over 60 s.
+                // After 30 s the nemesis does it as an operator would.
                 if let Err(e) = group.wait_replicas_in_sync(Duration::from_secs(30)) {
-                    eprintln!("chaos: {e}; making node {old} a replica with REPLICAOF");
-                    group.make_replica(old)?;
+                    let repaired = group.repair_replicas()?;
+                    eprintln!("chaos: {e}; made nodes {repaired:?} replicas of the primary with REPLICAOF");
                     group.wait_replicas_in_sync(Duration::from_secs(30))?;
                 }
                 Ok::<_, std::io::Error>(())
