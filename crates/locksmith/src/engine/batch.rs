@@ -495,9 +495,8 @@ impl Shared {
         }
     }
 
-    /// Sends `batch`: one script call, or on a cluster, where a call's
-    /// keys must share one slot, one call per slot, pipelined to their
-    /// node with one `WAIT` after them all ([`Lua::run_pipelined`]).
+    /// Sends `batch`: one script call; on a cluster, where a call's
+    /// declared keys must share one slot, see [`Shared::send_by_slot`].
     async fn send(self: &Arc<Self>, batch: Vec<Request>) {
         metrics::histogram!("locksmith_batch_size").record(batch.len() as f64);
         if self.conn.is_cluster() {
