@@ -10,13 +10,18 @@
 //!
 //! There is no batching task and no timer. A caller queues its request;
 //! if fewer than [`MAX_IN_FLIGHT`] calls are outstanding (one per node on
-//! a cluster, see [`MAX_IN_FLIGHT_PER_NODE`]) it sends the
-//! queue right away: inline when the queue holds only its own request (the
+//! a cluster, see [`MAX_IN_FLIGHT_PER_NODE`]) it takes the call's place,
+//! lets the tasks already ready to run on its thread go first (one pass of
+//! the run queue, no timer: the callers a batch's reply woke together
+//! queue their next requests in that pass, and they travel together
+//! instead of the first alone and the rest in the call after it), and
+//! sends the queue: inline when the queue holds only its own request (the
 //! uncontended case costs no extra task hop), from a spawned task when it
 //! carries other callers' requests (so cancelling one caller cannot strand
 //! the others). Otherwise the request waits, and the next call to complete
 //! sends everything that queued meanwhile. Batches thus grow with the load
-//! by themselves, and a lone request never waits for company.
+//! by themselves, and a lone request never waits for company (on an idle
+//! runtime the pass ends at once).
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
 //! a single Redis or behind Sentinel. On a Redis Cluster a [`Batcher`]
@@ -358,7 +363,7 @@ impl Batcher {
             undo: undo.clone(),
         };
         let shared = self.queue_for(&call);
-        let batch = {
+        let sends = {
             let mut queue = shared.lock();
             queue.pending.push(Request {
                 call,
@@ -366,16 +371,25 @@ impl Batcher {
                 _tracker: tracker,
                 undo,
             });
-            if queue.in_flight >= shared.max_in_flight() {
-                None
-            } else {
+            let free = queue.in_flight < shared.max_in_flight();
+            if free {
                 queue.in_flight += 1;
-                Some(take_batch(&mut queue.pending))
             }
+            free
         };
-        if let Some(batch) = batch {
+        if sends {
+            // The call's place is ours; the guard frees it (and sends what
+            // queued meanwhile) however this future ends.
             let slot = Outstanding(shared.clone());
-            if batch.len() == 1 && batch[0].undo.is_none() {
+            // The tasks ready to run go first: those woken by the same
+            // reply as this caller queue their next requests now, and they
+            // travel in this call instead of the next one.
+            behind_ready_tasks().await;
+            let batch = take_batch(&mut shared.lock().pending);
+            if batch.is_empty() {
+                // A call that completed meanwhile took our request along.
+                drop(slot);
+            } else if batch.len() == 1 && batch[0].undo.is_none() {
                 // Only our own request: send it from this task. If this
                 // future is dropped mid-call, only our reply is lost.
                 // Boxed: the send's state (the script call, its WAIT) is
@@ -405,6 +419,28 @@ impl Batcher {
         }
         Ok((redis::from_redis_value(value)?, acked))
     }
+}
+
+/// Lets every task that is ready to run on this runtime thread run before
+/// the caller goes on: the caller wakes itself and yields, which puts it
+/// at the back of the run queue (without waiting for the I/O driver, as
+/// `tokio::task::yield_now` does). A reply carrying many callers' answers
+/// wakes them all at once; without this, the first to ask again would
+/// send its request alone and all the others would wait for that call to
+/// complete. On an idle runtime it returns at once, so a lone request
+/// still never waits for company.
+async fn behind_ready_tasks() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Status a batch script answers, with the error message, for a request
