@@ -309,8 +309,14 @@ const QUEUED_LATENCY: Duration = Duration::from_millis(1500);
 /// The client's command timeout: shorter than a round trip through the
 /// proxy (2 x 1.5 s), so every reply is lost to a timeout.
 const QUEUED_TIMEOUT: Duration = Duration::from_secs(2);
-/// When two other acquires of the same client and script start.
+/// When the first of two other acquires of the same client and script
+/// starts.
 const QUEUED_OTHERS_AT: Duration = Duration::from_millis(1000);
+/// How long after the first the second starts: apart, so that the first
+/// goes out alone and the second finds both places taken (started
+/// together, both would travel in one call, as the batcher lets the tasks
+/// ready to run queue before it sends).
+const QUEUED_SECOND_AFTER: Duration = Duration::from_millis(100);
 /// When the acquire is dropped.
 const QUEUED_DROP_AT: Duration = Duration::from_millis(2500);
 
@@ -352,8 +358,8 @@ async fn a_write_acquire_dropped_while_its_resend_waits_in_the_batcher_queue_lea
 /// direction; the command timeout is 2 s):
 ///
 /// - 0 ms: S1 goes out alone (1 call in flight).
-/// - 1000: two single tries of other locks, of the same client and script:
-///   one is sent (2 in flight), the other waits in the queue.
+/// - 1000: a single try of another lock, of the same client and script,
+///   is sent (2 in flight); 100 ms later a second one waits in the queue.
 /// - 1500: S1 reaches the server: granted (lease 30 s). Its reply would
 ///   reach the client at 3000.
 /// - 2000: S1 times out. Its place is handed to the queued try (still 2 in
@@ -413,11 +419,13 @@ async fn resend_queued_then_dropped(kind: Kind) {
     );
     // Two more calls of the same batcher (same client, same script): the
     // first fills the second place in flight, the other queues.
-    let busy: Vec<_> = others
-        .iter()
-        .cloned()
-        .map(|h| tokio::spawn(async move { h.try_once().await }))
-        .collect();
+    let mut busy = Vec::new();
+    for (i, h) in others.iter().cloned().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(QUEUED_SECOND_AFTER).await;
+        }
+        busy.push(tokio::spawn(async move { h.try_once().await }));
+    }
     let early = tokio::time::timeout_at(started + QUEUED_DROP_AT, &mut attempt).await;
     assert!(
         early.is_err(),
