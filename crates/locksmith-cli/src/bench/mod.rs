@@ -60,7 +60,7 @@ fn library_script(name: &str) -> Result<&'static str, String> {
 }
 
 /// Requests per script call in the batched raw phase.
-const RAW_BATCH: u32 = 8;
+pub(super) const RAW_BATCH: u32 = 8;
 
 /// Lease passed to the raw scripts, as locksmith's default.
 const RAW_LEASE_MS: u64 = 30_000;
@@ -516,35 +516,30 @@ impl Bench {
     /// them and sends one pipeline per round: an acquire call carrying its
     /// `per_call` requests, then a release call carrying theirs. With
     /// `per_call` = 1 this is a client that sends every request as its own
-    /// script call; larger values show what coalescing can reach.
+    /// script call; larger values show what coalescing can reach. On a
+    /// cluster each driver's locks share one slot, and its pipeline goes
+    /// to that slot's primary.
     async fn raw(&self, per_call: u32) -> Result<Phase, String> {
-        let mut conn = connect(&self.url).await.map_err(|e| e.to_string())?;
-        let load = |lua: &'static str| {
-            let mut conn = conn.clone();
-            async move {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(lua)
-                    .query_async::<String>(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        };
-        let acquire = load(library_script(ACQUIRE_SCRIPT)?).await?;
-        let release = load(library_script(RELEASE_SCRIPT)?).await?;
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let conn = RawConn::open(&self.url).await?;
+        let acquire = conn.load(library_script(ACQUIRE_SCRIPT)?).await?;
+        let release = conn.load(library_script(RELEASE_SCRIPT)?).await?;
+        // How the release announces: as the library does by default here
+        // (sharded on a cluster, where a classic PUBLISH would go to every
+        // node over the cluster bus).
+        let mode = if conn.is_cluster() { "s" } else { "p" };
         let per_call = per_call.clamp(1, self.args.tasks);
         let drivers = self.args.tasks.div_ceil(per_call);
         let before = self.commandstats().await?;
         let prefix = self.prefix.clone();
         let (ops, elapsed, _) = drive(drivers, self.args.duration, |i, deadline| {
             let (mut conn, acquire, release) = (conn.clone(), acquire.clone(), release.clone());
-            let locks: Vec<(String, String, String, String)> = (0..per_call)
-                .map(|j| {
-                    let key = format!("{prefix}:raw{per_call}:{i}:{j}");
+            // On a cluster a script's keys share one slot: each driver's
+            // names are picked so that they do.
+            let names = names_in_one_slot(&format!("{prefix}:raw{per_call}:{i}"), per_call);
+            let slot = names.first().map(redis::cluster_routing::Slot::for_key);
+            let locks: Vec<(String, String, String, String)> = names
+                .into_iter()
+                .map(|key| {
                     (
                         format!("redisson_lock_token:{{{key}}}"),
                         format!("redisson_lock__channel:{{{key}}}"),
@@ -573,7 +568,7 @@ impl Bench {
                     .arg("")
                     .arg(0)
                     .arg(0)
-                    .arg("p")
+                    .arg(mode)
                     // The hold's episode and the receipt's life, as the
                     // library sends them (its default settings).
                     .arg(1)
@@ -582,10 +577,8 @@ impl Bench {
             async move {
                 let mut ops = 0;
                 while Instant::now() < deadline {
-                    let (granted, freed): (Vec<Vec<i64>>, Vec<Vec<i64>>) = pipe
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let (granted, freed): (Vec<Vec<i64>>, Vec<Vec<i64>>) =
+                        conn.query(&pipe, slot).await?;
                     if granted.iter().any(|r| r.first() != Some(&1))
                         || freed.iter().any(|r| r.first() != Some(&1))
                     {
@@ -861,6 +854,91 @@ impl Drop for ClearOnDrop {
         self.1.abort();
         self.0.finish_and_clear();
     }
+}
+
+/// The raw phase's connection: one server's, or a cluster's (a
+/// `redis+cluster://host:port,...` URL), routing each pipeline by its slot.
+#[derive(Clone)]
+enum RawConn {
+    One(MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl RawConn {
+    async fn open(url: &str) -> Result<RawConn, String> {
+        let Some(hosts) = url.strip_prefix("redis+cluster://") else {
+            return Ok(RawConn::One(connect(url).await.map_err(|e| e.to_string())?));
+        };
+        let seeds: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}")).collect();
+        let client = redis::cluster::ClusterClient::new(seeds).map_err(|e| e.to_string())?;
+        let conn = tokio::time::timeout(Duration::from_secs(5), client.get_async_connection())
+            .await
+            .map_err(|_| format!("no cluster connection to {url} within 5s"))?
+            .map_err(|e| e.to_string())?;
+        Ok(RawConn::Cluster(conn))
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self, RawConn::Cluster(_))
+    }
+
+    /// Loads `lua` (on every primary of a cluster); answers its SHA.
+    async fn load(&self, lua: &str) -> Result<String, String> {
+        let script = redis::Script::new(lua);
+        let loaded = match self.clone() {
+            RawConn::One(mut c) => script.load_async(&mut c).await,
+            RawConn::Cluster(mut c) => script.load_async(&mut c).await,
+        };
+        loaded.map_err(|e| e.to_string())
+    }
+
+    /// Sends `pipe` (to the primary of `slot` on a cluster) and reads its
+    /// replies as `T`.
+    async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+        slot: Option<redis::cluster_routing::Slot>,
+    ) -> Result<T, String> {
+        let count = pipe.cmd_iter().count();
+        let replies = match (self, slot) {
+            (RawConn::Cluster(c), Some(slot)) => {
+                let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+                    redis::cluster_routing::Route::with_slot(
+                        slot,
+                        redis::cluster_routing::SlotAddr::Master,
+                    ),
+                );
+                c.route_pipeline(pipe.clone(), 0, count, route).await
+            }
+            (RawConn::Cluster(c), None) => {
+                redis::aio::ConnectionLike::req_packed_commands(c, pipe, 0, count).await
+            }
+            (RawConn::One(c), _) => {
+                redis::aio::ConnectionLike::req_packed_commands(c, pipe, 0, count).await
+            }
+        };
+        let replies = replies.map_err(|e| e.to_string())?;
+        redis::from_redis_value(redis::Value::Array(replies)).map_err(|e| e.to_string())
+    }
+}
+
+/// `count` lock names starting with `prefix`, all in one cluster slot (so
+/// one script call may declare all of their keys): the first is
+/// `prefix:0`, the others the next `prefix:N` that hash to its slot.
+fn names_in_one_slot(prefix: &str, count: u32) -> Vec<String> {
+    use redis::cluster_routing::Slot;
+    let first = format!("{prefix}:0");
+    let slot = Slot::for_key(&first);
+    let mut names = vec![first];
+    let mut n: u64 = 1;
+    while names.len() < count as usize {
+        let name = format!("{prefix}:{n}");
+        if Slot::for_key(&name) == slot {
+            names.push(name);
+        }
+        n += 1;
+    }
+    names
 }
 
 async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {

@@ -20,6 +20,16 @@
 //! cluster's uncontended phase is also run against a three-primary
 //! cluster without replicas, alternating with the single server, and a
 //! second cluster target compares those two.
+//!
+//! Last, the raw ceiling of the single server and of both clusters: the
+//! library's acquire and release scripts fired from bare pipelines (the
+//! plain bench's raw phase, each call's locks in one slot), and
+//! locksmith's uncontended rate as a share of it. Where the three
+//! primaries' ceiling is above the single server's (as on the two-core
+//! machine this was measured on: they use both cores, one server uses
+//! one), what keeps the cluster's locksmith rate under the single
+//! server's is the client's work per pair, which shares the cores with
+//! the servers.
 
 use locksmith_testkit::{RedisCluster, RedisServer, SentinelGroup, TlsFiles};
 
@@ -172,6 +182,16 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
         }
     }
 
+    // The raw ceiling of each: the library's scripts from bare pipelines,
+    // no client logic, to tell what the machine allows from what the
+    // client costs.
+    let mut raw_rates = [0.0f64; 3];
+    for (i, bench) in [&plain, &bare_bench, &benches[2]].into_iter().enumerate() {
+        let raw = bench.raw(super::RAW_BATCH).await?;
+        super::progress(&raw);
+        raw_rates[i] = raw.rate();
+    }
+
     println!();
     println!(
         "{:<10} {:>14} {:>14} {:>10} {:>9} {:>18} {:>18}",
@@ -230,6 +250,20 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
         bare_rates[1],
         bare_rates[1] / bare_rates[0].max(1e-9),
         bare_detail
+    );
+    println!(
+        "Raw ceiling (the library's acquire and release scripts from bare pipelines, {} locks of one slot per \
+         call, acquire and release in one round trip, no client logic), pairs/s:\n  \
+         single {:>9.0}/s   cluster (3 primaries) {:>9.0}/s = {:.2}x single   cluster with replicas {:>9.0}/s\n  \
+         locksmith uncontended as a share of it: single {:.2}, cluster (3 primaries) {:.2}, cluster with replicas {:.2}",
+        super::RAW_BATCH.min(args.tasks),
+        raw_rates[0],
+        raw_rates[1],
+        raw_rates[1] / raw_rates[0].max(1e-9),
+        raw_rates[2],
+        bare_rates[0] / raw_rates[0].max(1e-9),
+        bare_rates[1] / raw_rates[1].max(1e-9),
+        rows[2].uncontended.rate() / raw_rates[2].max(1e-9),
     );
     println!(
         "\nTLS on the single server (rustls, ECDSA P-256; two alternating rounds, means), pairs/s:"
