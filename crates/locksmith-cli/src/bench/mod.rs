@@ -524,19 +524,33 @@ impl Bench {
         let acquire = conn.load(library_script(ACQUIRE_SCRIPT)?).await?;
         let release = conn.load(library_script(RELEASE_SCRIPT)?).await?;
         // How the release announces: as the library does by default here
-        // (sharded on a cluster, where a classic PUBLISH would go to every
-        // node over the cluster bus).
+        // on Redis 7 (sharded on a cluster, where a classic PUBLISH would
+        // go to every node over the cluster bus).
         let mode = if conn.is_cluster() { "s" } else { "p" };
         let per_call = per_call.clamp(1, self.args.tasks);
         let drivers = self.args.tasks.div_ceil(per_call);
+        // On a cluster a script's keys share one slot: each driver's names
+        // are picked so that they do (before the timed phase: the search
+        // hashes thousands of candidates per name).
+        let prefix = &self.prefix;
+        let mut names: Vec<Vec<String>> = (0..drivers)
+            .map(|i| {
+                let driver = format!("{prefix}:raw{per_call}:{i}");
+                if conn.is_cluster() {
+                    names_in_one_slot(&driver, per_call)
+                } else {
+                    (0..per_call).map(|j| format!("{driver}:{j}")).collect()
+                }
+            })
+            .collect();
         let before = self.commandstats().await?;
-        let prefix = self.prefix.clone();
         let (ops, elapsed, _) = drive(drivers, self.args.duration, |i, deadline| {
             let (mut conn, acquire, release) = (conn.clone(), acquire.clone(), release.clone());
-            // On a cluster a script's keys share one slot: each driver's
-            // names are picked so that they do.
-            let names = names_in_one_slot(&format!("{prefix}:raw{per_call}:{i}"), per_call);
-            let slot = names.first().map(redis::cluster_routing::Slot::for_key);
+            let names = std::mem::take(&mut names[i as usize]);
+            let slot = conn
+                .is_cluster()
+                .then(|| names.first().map(redis::cluster_routing::Slot::for_key))
+                .flatten();
             let locks: Vec<(String, String, String, String)> = names
                 .into_iter()
                 .map(|key| {

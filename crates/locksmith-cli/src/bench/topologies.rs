@@ -28,8 +28,9 @@
 //! primaries' ceiling is above the single server's (as on the two-core
 //! machine this was measured on: they use both cores, one server uses
 //! one), what keeps the cluster's locksmith rate under the single
-//! server's is the client's work per pair, which shares the cores with
-//! the servers.
+//! server's is locksmith's own work per pair (the client's, which shares
+//! the cores with the servers, and what its cross-slot calls add on the
+//! servers), not Redis.
 
 use locksmith_testkit::{RedisCluster, RedisServer, SentinelGroup, TlsFiles};
 

@@ -16,12 +16,14 @@
 //! queue their next requests in that pass, and they travel together
 //! instead of the first alone and the rest in the call after it), and
 //! sends the queue: inline when the queue holds only its own request (the
-//! uncontended case costs no extra task hop), from a spawned task when it
+//! uncontended case spawns no task of its own), from a spawned task when it
 //! carries other callers' requests (so cancelling one caller cannot strand
 //! the others). Otherwise the request waits, and the next call to complete
 //! sends everything that queued meanwhile. Batches thus grow with the load
-//! by themselves, and a lone request never waits for company (on an idle
-//! runtime the pass ends at once).
+//! by themselves, and a lone request never waits for company (on a
+//! runtime with nothing else ready the pass ends at once; on a busy one it
+//! waits one turn of the run queue). A caller dropped during the pass has
+//! its request withdrawn, as one dropped while queued.
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
 //! a single Redis or behind Sentinel. On a Redis Cluster a [`Batcher`]
@@ -152,6 +154,9 @@ impl Call {
 
 /// One queued request.
 struct Request {
+    /// Tells the request from the others of its queue (see
+    /// [`next_request_id`]).
+    id: u64,
     /// What it sends.
     call: Call,
     /// Where the reply goes; a closed receiver (cancelled caller) means the
@@ -357,15 +362,23 @@ impl Batcher {
         tracker: Option<Tracker>,
         undo: Option<Undo>,
     ) -> RedisResult<(T, Option<u32>)> {
+        // The place of a call this caller takes, if it takes one. Declared
+        // before the answer so that, dropped while the tasks ready to run
+        // go first, the answer goes first: the guard then finds this
+        // caller's request withdrawn, not to be sent (see `take_batch`).
+        #[allow(unused_assignments)] // read by its drop
+        let mut place: Option<Outstanding> = None;
         let (reply, rx) = oneshot::channel();
         let mut answer = Answer {
             rx,
             undo: undo.clone(),
         };
         let shared = self.queue_for(&call);
+        let id = next_request_id();
         let sends = {
             let mut queue = shared.lock();
             queue.pending.push(Request {
+                id,
                 call,
                 reply,
                 _tracker: tracker,
@@ -380,18 +393,21 @@ impl Batcher {
         if sends {
             // The call's place is ours; the guard frees it (and sends what
             // queued meanwhile) however this future ends.
-            let slot = Outstanding(shared.clone());
+            place = Some(Outstanding(shared.clone()));
             // The tasks ready to run go first: those woken by the same
             // reply as this caller queue their next requests now, and they
             // travel in this call instead of the next one.
             behind_ready_tasks().await;
             let batch = take_batch(&mut shared.lock().pending);
+            let slot = place.take();
             if batch.is_empty() {
                 // A call that completed meanwhile took our request along.
                 drop(slot);
-            } else if batch.len() == 1 && batch[0].undo.is_none() {
-                // Only our own request: send it from this task. If this
-                // future is dropped mid-call, only our reply is lost.
+            } else if batch.len() == 1 && batch[0].id == id && batch[0].undo.is_none() {
+                // Only our own request (another call may have taken it
+                // meanwhile, and left someone else's alone in the queue):
+                // send it from this task. If this future is dropped
+                // mid-call, only our reply is lost.
                 // Boxed: the send's state (the script call, its WAIT) is
                 // most of this future, and every layer above a call (the
                 // acquire, the span, the caller) would otherwise hold it
@@ -421,14 +437,24 @@ impl Batcher {
     }
 }
 
+/// A number no other request of this process has had.
+fn next_request_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Lets every task that is ready to run on this runtime thread run before
 /// the caller goes on: the caller wakes itself and yields, which puts it
 /// at the back of the run queue (without waiting for the I/O driver, as
 /// `tokio::task::yield_now` does). A reply carrying many callers' answers
 /// wakes them all at once; without this, the first to ask again would
 /// send its request alone and all the others would wait for that call to
-/// complete. On an idle runtime it returns at once, so a lone request
-/// still never waits for company.
+/// complete. With nothing else ready it returns at once (on the
+/// multi-thread runtime a parked worker may be woken and take the caller
+/// over), so a lone request still never waits for company. Tasks waiting
+/// in the runtime's shared queue may not all run first, and a caller
+/// awaited directly by `block_on` (not as a task) is polled again at once:
+/// their batches are then what they were without the pass.
 async fn behind_ready_tasks() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
