@@ -271,41 +271,22 @@ impl Lua {
             return Vec::new();
         };
         let acks = if self.unacked { Acks::default() } else { acks };
-        let mut pipeline = redis::pipe();
-        for (_, cmd) in &calls {
-            pipeline.add_command(cmd.clone());
-        }
-        let waits = acks.min > 0;
-        if waits {
-            pipeline
-                .cmd("WAIT")
-                .arg(acks.min)
-                .arg(acks.timeout.as_millis() as u64);
-        }
-        let count = calls.len() + usize::from(waits);
-        let replies = match cluster.pipeline_to(first, pipeline, count, self.once).await {
-            Ok(replies) if replies.len() == count => replies,
-            Ok(replies) => {
-                let e = RedisError::from(std::io::Error::other(format!(
-                    "a pipeline of {count} commands got {} replies",
-                    replies.len()
-                )));
-                return calls.iter().map(|_| Err(e.clone())).collect();
-            }
+        let sent = to_node(
+            cluster,
+            first,
+            calls.iter().map(|(_, cmd)| cmd),
+            acks,
+            self.once,
+        )
+        .await;
+        let (answers, acked) = match sent {
+            Ok(replies) => replies,
             Err(e) if did_not_run(&e) => {
                 let resends = calls.iter().map(|(_, cmd)| self.run(conn, cmd, acks));
                 return futures_util::future::join_all(resends).await;
             }
             Err(e) => return calls.iter().map(|_| Err(e.clone())).collect(),
         };
-        let mut replies = replies.into_iter();
-        let answers: Vec<Value> = replies.by_ref().take(calls.len()).collect();
-        // A WAIT that failed counts no replica: the callers treat their
-        // writes as not acknowledged.
-        let acked = waits.then(|| match replies.next() {
-            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
-            _ => 0,
-        });
         let mut results: Vec<Option<Answer>> = Vec::new();
         let mut again = Vec::new();
         for (i, answer) in answers.into_iter().enumerate() {
@@ -353,33 +334,13 @@ impl Lua {
         acks: Acks,
     ) -> Option<Answer> {
         let acks = if self.unacked { Acks::default() } else { acks };
-        let mut pipeline = redis::pipe();
-        pipeline.add_command(cmd.clone());
-        let waits = acks.min > 0;
-        if waits {
-            pipeline
-                .cmd("WAIT")
-                .arg(acks.min)
-                .arg(acks.timeout.as_millis() as u64);
-        }
-        let count = 1 + usize::from(waits);
-        let mut replies = match cluster.pipeline_to(slot, pipeline, count, self.once).await {
-            Ok(replies) if replies.len() == count => replies.into_iter(),
-            Ok(replies) => {
-                return Some(Err(RedisError::from(std::io::Error::other(format!(
-                    "a pipeline of {count} commands got {} replies",
-                    replies.len()
-                )))))
-            }
-            Err(e) if did_not_run(&e) => return None,
-            Err(e) => return Some(Err(e)),
-        };
-        let answer = replies.next().map(Value::extract_error);
-        // A WAIT that failed counts no replica (as in `run_pipelined`).
-        let acked = waits.then(|| match replies.next() {
-            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
-            _ => 0,
-        });
+        let (answers, acked) =
+            match to_node(cluster, slot, std::iter::once(cmd), acks, self.once).await {
+                Ok(replies) => replies,
+                Err(e) if did_not_run(&e) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+        let answer = answers.into_iter().next().map(Value::extract_error);
         match answer? {
             Ok(value) => Some(Ok((value, acked))),
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -410,6 +371,47 @@ impl Lua {
     pub(crate) fn source(&self) -> &str {
         &self.source
     }
+}
+
+/// Sends `cmds` in one round trip to the primary redis-rs has for `slot`
+/// (on the connection that never resends when `once`), followed by one
+/// `WAIT` when `acks` asks for replicas. Answers every command's reply
+/// (its own error as `Value::ServerError`) and, with `WAIT`, how many
+/// replicas acknowledged: a `WAIT` that failed counts none, so the callers
+/// treat their writes as not acknowledged. An error of the whole round
+/// trip comes back as `Err`.
+async fn to_node<'a>(
+    cluster: &ClusterConn,
+    slot: Slot,
+    cmds: impl Iterator<Item = &'a Cmd>,
+    acks: Acks,
+    once: bool,
+) -> RedisResult<(Vec<Value>, Option<u32>)> {
+    let mut pipeline = redis::pipe();
+    for cmd in cmds {
+        pipeline.add_command(cmd.clone());
+    }
+    let calls = pipeline.cmd_iter().count();
+    let waits = acks.min > 0;
+    if waits {
+        pipeline
+            .cmd("WAIT")
+            .arg(acks.min)
+            .arg(acks.timeout.as_millis() as u64);
+    }
+    let count = calls + usize::from(waits);
+    let mut replies = cluster.pipeline_to(slot, pipeline, count, once).await?;
+    if replies.len() != count {
+        return Err(RedisError::from(std::io::Error::other(format!(
+            "a pipeline of {count} commands got {} replies",
+            replies.len()
+        ))));
+    }
+    let acked = waits.then(|| match replies.pop() {
+        Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+        _ => 0,
+    });
+    Ok((replies, acked))
 }
 
 /// True for the errors Redis answers before running a flagged script
