@@ -309,14 +309,21 @@ const QUEUED_LATENCY: Duration = Duration::from_millis(1500);
 /// The client's command timeout: shorter than a round trip through the
 /// proxy (2 x 1.5 s), so every reply is lost to a timeout.
 const QUEUED_TIMEOUT: Duration = Duration::from_secs(2);
-/// When the first of two other acquires of the same client and script
+/// When the first of the other acquires of the same client and script
 /// starts.
 const QUEUED_OTHERS_AT: Duration = Duration::from_millis(1000);
-/// How long after the first the second starts: apart, so that the first
-/// goes out alone and the second finds both places taken (started
-/// together, both would travel in one call, as the batcher lets the tasks
-/// ready to run queue before it sends).
+/// How long after the first the rest start: apart, so that the first
+/// goes out alone and the rest find both places taken (started together,
+/// they would all travel in one call, as the batcher lets the tasks ready
+/// to run queue before it sends).
 const QUEUED_SECOND_AFTER: Duration = Duration::from_millis(100);
+/// How many start after the first: more than one call carries (128), so
+/// that the call that takes the queue when the first send's place frees
+/// leaves the last of them queued, and the acquire's resend behind them.
+/// (The batcher sends a completed call's queue after one pass of the run
+/// queue, in which the resend is queued: with fewer, it would travel in
+/// that call.)
+const QUEUED_BEHIND: usize = 130;
 /// When the acquire is dropped.
 const QUEUED_DROP_AT: Duration = Duration::from_millis(2500);
 
@@ -359,12 +366,14 @@ async fn a_write_acquire_dropped_while_its_resend_waits_in_the_batcher_queue_lea
 ///
 /// - 0 ms: S1 goes out alone (1 call in flight).
 /// - 1000: a single try of another lock, of the same client and script,
-///   is sent (2 in flight); 100 ms later a second one waits in the queue.
+///   is sent (2 in flight); 100 ms later 130 more tries of other locks
+///   wait in the queue.
 /// - 1500: S1 reaches the server: granted (lease 30 s). Its reply would
 ///   reach the client at 3000.
-/// - 2000: S1 times out. Its place is handed to the queued try (still 2 in
-///   flight: the first try, sent at 1000, and the second), and the acquire
-///   queues its resend S2 behind them.
+/// - 2000: S1 times out. The acquire queues its resend S2 behind the 130,
+///   and S1's place goes to a call of the first 128 of them (still 2 in
+///   flight: the first try, sent at 1000, and that call); S2 stays queued
+///   behind the last two.
 /// - 2500: the acquire is dropped (S2 is still queued: the first try
 ///   holds its place until its own timeout at 3000). The grant is on the
 ///   server.
@@ -385,7 +394,7 @@ async fn resend_queued_then_dropped(kind: Kind) {
     let other = common::client(&server, LEASE).await;
     let name = format!("queued-resend-{kind:?}");
     let mine = Handle::new(&client, kind, &name, LEASE);
-    let others: Vec<Handle> = (1..=2)
+    let others: Vec<Handle> = (0..=QUEUED_BEHIND)
         .map(|i| Handle::new(&client, kind, &format!("{name}-busy-{i}"), LEASE))
         .collect();
     // Warm-up, through the proxy while it passes: the scripts are loaded
@@ -417,11 +426,11 @@ async fn resend_queued_then_dropped(kind: Kind) {
         early.is_err(),
         "{kind:?}: the acquire cannot end before its first reply is due: {early:?}"
     );
-    // Two more calls of the same batcher (same client, same script): the
-    // first fills the second place in flight, the other queues.
+    // More calls of the same batcher (same client, same script): the
+    // first fills the second place in flight, the rest queue.
     let mut busy = Vec::new();
     for (i, h) in others.iter().cloned().enumerate() {
-        if i > 0 {
+        if i == 1 {
             tokio::time::sleep(QUEUED_SECOND_AFTER).await;
         }
         busy.push(tokio::spawn(async move { h.try_once().await }));

@@ -18,12 +18,17 @@
 //! sends the queue: inline when the queue holds only its own request (the
 //! uncontended case spawns no task of its own), from a spawned task when it
 //! carries other callers' requests (so cancelling one caller cannot strand
-//! the others). Otherwise the request waits, and the next call to complete
-//! sends everything that queued meanwhile. Batches thus grow with the load
-//! by themselves, and a lone request never waits for company (on a
-//! runtime with nothing else ready the pass ends at once; on a busy one it
-//! waits one turn of the run queue). A caller dropped during the pass has
-//! its request withdrawn, as one dropped while queued.
+//! the others). Otherwise the request waits, and when the next call
+//! completes, a task takes its place and sends everything that queued
+//! meanwhile, after the same pass (the callers that call's reply woke,
+//! and the other tasks ready to run, queue their next requests first; on
+//! a multi-thread runtime, where the woken callers are spread over the
+//! workers, this is what keeps a call from carrying only the few that
+//! queued before the reply). Batches thus grow with the load by
+//! themselves, and a lone request never waits for company (on a runtime
+//! with nothing else ready the pass ends at once; on a busy one it waits
+//! one turn of the run queue). A caller dropped during a pass has its
+//! request withdrawn, as one dropped while queued.
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
 //! a single Redis or behind Sentinel. On a Redis Cluster a [`Batcher`]
@@ -498,24 +503,29 @@ fn take_batch(pending: &mut Vec<Request>) -> Vec<Request> {
 }
 
 /// An outstanding call. Dropping it (the call completed, or its sender was
-/// cancelled) frees its place and sends whatever queued meanwhile.
+/// cancelled) frees its place, or, when requests queued meanwhile, hands
+/// the place to a task that sends them after one pass of the run queue
+/// (as a caller taking a free place does, see [`Batcher::call`]): the
+/// callers the completed call's reply woke, and any other task ready to
+/// run, queue their next requests first, and they travel in that call.
 struct Outstanding(Arc<Shared>);
 
 impl Drop for Outstanding {
     fn drop(&mut self) {
-        let batch = {
+        {
             let mut queue = self.0.lock();
             queue.in_flight -= 1;
-            let batch = take_batch(&mut queue.pending);
-            if batch.is_empty() {
+            // Requests whose caller went away are not sent.
+            queue.pending.retain(|request| !request.reply.is_closed());
+            if queue.pending.is_empty() {
                 return;
             }
             queue.in_flight += 1;
-            batch
-        };
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             // No runtime (shutting down): the queued callers see their
             // replies dropped and fail.
+            let batch = take_batch(&mut self.0.lock().pending);
             drop(batch);
             self.0.lock().in_flight -= 1;
             return;
@@ -526,7 +536,13 @@ impl Drop for Outstanding {
             "sending queued requests",
             "their callers fail",
             async move {
-                shared.send(batch).await;
+                behind_ready_tasks().await;
+                let batch = take_batch(&mut shared.lock().pending);
+                // Empty if every caller went away meanwhile, or a caller
+                // that took another free place took the queue along.
+                if !batch.is_empty() {
+                    shared.send(batch).await;
+                }
                 drop(slot);
             },
         );
