@@ -62,3 +62,53 @@ async fn an_acquire_dropped_during_the_pass_before_its_call_is_never_sent() {
         .unwrap();
     guard.release().await.unwrap();
 }
+
+/// A runtime shut down while calls are out and more requests are queued
+/// behind them: the tasks it drops include those holding the calls'
+/// places, whose hand-off to the queue would spawn into the closing
+/// runtime (which drops the new task unrun at once, with the place it was
+/// given). The queue is failed instead of handed on again and again (which
+/// recursed until the stack overflowed and aborted the process), and the
+/// client goes on working on another runtime.
+#[test]
+fn a_runtime_shut_down_with_requests_queued_fails_them_and_returns() {
+    let server = locksmith_testkit::RedisServer::start().expect("start redis-server");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime.block_on(common::client(&server, Duration::from_secs(30)));
+    runtime.block_on(async {
+        // Warm-up: the scripts are loaded.
+        let lock = client.lock("shutdown-warm").unwrap();
+        lock.lock().await.unwrap().release().await.unwrap();
+        // More acquires than two calls carry (128 each): once the first
+        // two calls are out, the rest wait in the queue.
+        for i in 0..400 {
+            let lock = client.lock(format!("shutdown-{i}")).unwrap();
+            tokio::spawn(async move {
+                let _ = lock.lock().await;
+            });
+        }
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    });
+    // Every task is dropped here, in no order the test controls.
+    drop(runtime);
+
+    // The client still works from another runtime (a batcher's places
+    // were given back).
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    other.block_on(async {
+        let lock = client.lock("after-shutdown").unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+            .await
+            .expect("an acquire after the shutdown is not stuck")
+            .expect("granted");
+        guard.release().await.unwrap();
+    });
+}

@@ -19,8 +19,8 @@
 //! uncontended case spawns no task of its own), from a spawned task when it
 //! carries other callers' requests (so cancelling one caller cannot strand
 //! the others). Otherwise the request waits, and when the next call
-//! completes, a task takes its place and sends everything that queued
-//! meanwhile, after the same pass (the callers that call's reply woke,
+//! completes, a task takes its place and sends what queued meanwhile (up
+//! to [`MAX_BATCH`] requests), after the same pass (the callers that call's reply woke,
 //! and the other tasks ready to run, queue their next requests first; on
 //! a multi-thread runtime, where the woken callers are spread over the
 //! workers, this is what keeps a call from carrying only the few that
@@ -370,7 +370,7 @@ impl Batcher {
         // The place of a call this caller takes, if it takes one. Declared
         // before the answer so that, dropped while the tasks ready to run
         // go first, the answer goes first: the guard then finds this
-        // caller's request withdrawn, not to be sent (see `take_batch`).
+        // caller's request withdrawn, not to be sent (see `Outstanding`).
         #[allow(unused_assignments)] // read by its drop
         let mut place: Option<Outstanding> = None;
         let (reply, rx) = oneshot::channel();
@@ -523,29 +523,59 @@ impl Drop for Outstanding {
             queue.in_flight += 1;
         }
         if tokio::runtime::Handle::try_current().is_err() {
-            // No runtime (shutting down): the queued callers see their
-            // replies dropped and fail.
-            let batch = take_batch(&mut self.0.lock().pending);
-            drop(batch);
-            self.0.lock().in_flight -= 1;
+            // No runtime (shutting down): nothing can send the queue; its
+            // callers see their replies dropped and fail.
+            let abandoned = {
+                let mut queue = self.0.lock();
+                queue.in_flight -= 1;
+                std::mem::take(&mut queue.pending)
+            };
+            drop(abandoned);
             return;
         }
-        let slot = Outstanding(self.0.clone());
-        let shared = self.0.clone();
+        // Made here, not inside the task: a task its runtime drops unrun
+        // (shutting down) drops the hand-off with it.
+        let handoff = Handoff(Some(Outstanding(self.0.clone())));
         self.0.tasks.detach(
             "sending queued requests",
             "their callers fail",
             async move {
+                let mut handoff = handoff;
                 behind_ready_tasks().await;
+                let Some(slot) = handoff.0.take() else {
+                    return;
+                };
+                let shared = slot.0.clone();
                 let batch = take_batch(&mut shared.lock().pending);
-                // Empty if every caller went away meanwhile, or a caller
-                // that took another free place took the queue along.
+                // Empty if every caller went away meanwhile, or a call
+                // that took the queue first carried it: a caller that
+                // found the other free place (one server), or the other
+                // place's hand-off.
                 if !batch.is_empty() {
                     shared.send(batch).await;
                 }
                 drop(slot);
             },
         );
+    }
+}
+
+/// The place a completed call hands on, held by the task that sends the
+/// queue until it takes it. Dropped before that (the runtime shut down and
+/// dropped the task unrun, or during its pass), it fails every queued
+/// request (their callers see their replies dropped) and frees the place,
+/// as without a runtime: handing the place on once more would only spawn
+/// into the same closing runtime, again and again.
+struct Handoff(Option<Outstanding>);
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            let abandoned = std::mem::take(&mut slot.0.lock().pending);
+            drop(abandoned);
+            // The queue is empty: dropping the slot frees the place.
+            drop(slot);
+        }
     }
 }
 
