@@ -28,7 +28,10 @@
 //! themselves, and a lone request never waits for company (on a runtime
 //! with nothing else ready the pass ends at once; on a busy one it waits
 //! one turn of the run queue). A caller dropped during a pass has its
-//! request withdrawn, as one dropped while queued.
+//! request withdrawn, as one dropped while queued. When no task can send
+//! the queue (its runtime shut down), the queue waits for another call
+//! that is out, or, with none, its requests fail unsent (see
+//! `Shared::give_back`).
 //!
 //! A batch goes to one server, so all of its keys must live there: fine on
 //! a single Redis or behind Sentinel. On a Redis Cluster a [`Batcher`]
@@ -508,6 +511,9 @@ fn take_batch(pending: &mut Vec<Request>) -> Vec<Request> {
 /// (as a caller taking a free place does, see [`Batcher::call`]): the
 /// callers the completed call's reply woke, and any other task ready to
 /// run, queue their next requests first, and they travel in that call.
+/// Where no task can run (no runtime on this thread, or a runtime that
+/// shuts down and drops the task unrun), the place is given back instead
+/// (see [`Shared::give_back`]).
 struct Outstanding(Arc<Shared>);
 
 impl Drop for Outstanding {
@@ -523,29 +529,23 @@ impl Drop for Outstanding {
             queue.in_flight += 1;
         }
         if tokio::runtime::Handle::try_current().is_err() {
-            // No runtime (shutting down): nothing can send the queue; its
-            // callers see their replies dropped and fail.
-            let abandoned = {
-                let mut queue = self.0.lock();
-                queue.in_flight -= 1;
-                std::mem::take(&mut queue.pending)
-            };
-            drop(abandoned);
+            // No runtime on this thread: no task can send the queue.
+            self.0.give_back();
             return;
         }
         // Made here, not inside the task: a task its runtime drops unrun
         // (shutting down) drops the hand-off with it.
-        let handoff = Handoff(Some(Outstanding(self.0.clone())));
+        let handoff = Handoff(Some(self.0.clone()));
         self.0.tasks.detach(
             "sending queued requests",
             "their callers fail",
             async move {
                 let mut handoff = handoff;
                 behind_ready_tasks().await;
-                let Some(slot) = handoff.0.take() else {
+                let Some(shared) = handoff.0.take() else {
                     return;
                 };
-                let shared = slot.0.clone();
+                let slot = Outstanding(shared.clone());
                 let batch = take_batch(&mut shared.lock().pending);
                 // Empty if every caller went away meanwhile, or a call
                 // that took the queue first carried it: a caller that
@@ -561,26 +561,24 @@ impl Drop for Outstanding {
 }
 
 /// The place a completed call hands on, held by the task that sends the
-/// queue until it takes it. Dropped before that (the runtime shut down and
-/// dropped the task unrun, or during its pass), it fails every queued
-/// request (their callers see their replies dropped) and frees the place,
-/// as without a runtime: handing the place on once more would only spawn
-/// into the same closing runtime, again and again.
-struct Handoff(Option<Outstanding>);
+/// queue until that task takes it (and holds it as an [`Outstanding`]).
+/// Dropped before (the runtime shut down and dropped the task unrun, or
+/// during its pass), it gives the place back ([`Shared::give_back`])
+/// without handing it on again: that would only spawn into the same
+/// closing runtime.
+struct Handoff(Option<Arc<Shared>>);
 
 impl Drop for Handoff {
     fn drop(&mut self) {
-        if let Some(slot) = self.0.take() {
-            let abandoned = std::mem::take(&mut slot.0.lock().pending);
-            drop(abandoned);
-            // The queue is empty: dropping the slot frees the place.
-            drop(slot);
+        if let Some(shared) = self.0.take() {
+            shared.give_back();
         }
     }
 }
 
-/// The error a request gets when its reply was dropped unsent (runtime
-/// shutting down).
+/// The error a request gets when its reply was dropped: unsent (its queue
+/// given back, see [`Shared::give_back`]) or mid-send (the task sending its
+/// call dropped with its runtime).
 fn gone() -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::BrokenPipe,
@@ -591,6 +589,26 @@ fn gone() -> RedisError {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frees a place no task can send the queue from (see
+    /// [`Outstanding`]). Never spawns. While another call is out, the
+    /// queue stays: that call's place looks at it when it is freed (and a
+    /// request queued later on another runtime sharing the client is sent
+    /// there). With none out, nobody would send it: every queued request
+    /// fails (its caller sees its reply dropped, a connection error; the
+    /// request was never sent).
+    fn give_back(&self) {
+        let abandoned = {
+            let mut queue = self.lock();
+            queue.in_flight -= 1;
+            if queue.in_flight > 0 {
+                Vec::new()
+            } else {
+                std::mem::take(&mut queue.pending)
+            }
+        };
+        drop(abandoned);
     }
 
     /// Calls this queue keeps outstanding before requests wait to grow the
