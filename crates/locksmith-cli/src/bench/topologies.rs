@@ -283,8 +283,10 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
         (
             rows[2].uncontended.rate() >= 0.8 * single.uncontended.rate(),
             format!(
-                "cluster uncontended >= 0.8x single (the table's rows: the cluster's replicas share the cores): {:.2}x",
-                rows[2].uncontended.rate() / single.uncontended.rate().max(1e-9)
+                "cluster uncontended >= 0.8x single (the table's rows: the cluster's replicas share the cores): {:.2}x \
+                 (bare pipelines of the same scripts reach {:.2}x here)",
+                rows[2].uncontended.rate() / single.uncontended.rate().max(1e-9),
+                raw_rates[2] / raw_rates[0].max(1e-9)
             ),
         ),
         (
