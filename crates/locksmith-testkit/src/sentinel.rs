@@ -252,6 +252,45 @@ impl SentinelGroup {
         })
     }
 
+    /// Takes as the current primary the node every answering Sentinel (a
+    /// majority at least) names, when it reports `role:master`: on a loaded
+    /// machine the Sentinels may fail over once more on their own (a
+    /// primary that answered too slowly), and a repair that made their
+    /// choice a replica of the group's older idea would leave them naming
+    /// a replica. Answers whether the primary changed; `Ok(false)` when
+    /// the Sentinels do not agree or their choice is not a primary yet.
+    ///
+    /// # Errors
+    /// When the Sentinels name a node that is not one of the group's.
+    pub fn follow_sentinels(&mut self) -> io::Result<bool> {
+        let sentinels = self.sentinel_addrs();
+        let answers: Vec<String> = sentinels
+            .iter()
+            .filter_map(|s| master_addr_of(s).ok())
+            .collect();
+        let agreed = answers.windows(2).all(|w| w[0] == w[1]);
+        let Some(named) = answers
+            .first()
+            .filter(|_| agreed && answers.len() * 2 > sentinels.len())
+        else {
+            return Ok(false);
+        };
+        let is_master = admin::info(named, "replication")
+            .ok()
+            .is_some_and(|info| info.get("role").map(String::as_str) == Some("master"));
+        if !is_master {
+            return Ok(false);
+        }
+        let index = self
+            .servers
+            .iter()
+            .position(|s| s.addr() == *named)
+            .ok_or_else(|| io::Error::other(format!("sentinels name unknown node {named}")))?;
+        let changed = index != self.primary;
+        self.primary = index;
+        Ok(changed)
+    }
+
     /// Makes every data node that does not replicate from the current
     /// primary a replica of it with `REPLICAOF` (plain ports), as an
     /// operator would when the Sentinels are slow to reconfigure the

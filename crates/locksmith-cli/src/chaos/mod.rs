@@ -995,7 +995,16 @@ async fn inject(
                 // back; on a loaded machine they have left a node a
                 // primary, or a replica of an old primary, for over 60 s.
                 // After 30 s the nemesis does it as an operator would.
+                // Their choice wins: on a loaded machine they may have
+                // failed over once more meanwhile, and a repair towards an
+                // older primary would leave them naming a replica.
                 if let Err(e) = group.wait_replicas_in_sync(Duration::from_secs(30)) {
+                    if group.follow_sentinels()? {
+                        eprintln!(
+                            "chaos: the Sentinels moved the primary to node {} meanwhile",
+                            group.primary_index()
+                        );
+                    }
                     let repaired = group.repair_replicas()?;
                     eprintln!("chaos: {e}; made nodes {repaired:?} replicas of the primary with REPLICAOF");
                     group.wait_replicas_in_sync(Duration::from_secs(30))?;
