@@ -64,18 +64,7 @@ async fn without_the_cross_slot_script_several_slots_go_as_one_call_each() {
             .unwrap();
         // Every command from here on is logged, to tell a call of the
         // cross-slot variant (it declares no keys) from one per slot.
-        for (option, value) in [
-            ("slowlog-max-len", "20000"),
-            ("slowlog-log-slower-than", "0"),
-        ] {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg(option)
-                .arg(value)
-                .query(&mut conn)
-                .unwrap();
-        }
-        let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut conn).unwrap();
+        common::log_every_command(&mut conn);
     }
     let restricted = format!("redis+cluster://app:app-pass@{}", cluster.addrs().join(","));
     let client = Client::builder(&restricted)
@@ -88,13 +77,8 @@ async fn without_the_cross_slot_script_several_slots_go_as_one_call_each() {
     let (mut keyed, mut keyless) = (0, 0);
     for node in cluster.nodes() {
         let mut conn = node.connection().unwrap();
-        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(20_000)
-            .query(&mut conn)
-            .unwrap();
-        for entry in &log {
-            match script_call(entry) {
+        for args in common::logged_commands(&mut conn) {
+            match common::evalsha_keys(&args) {
                 Some(0) => keyless += 1,
                 Some(_) => keyed += 1,
                 None => {}
@@ -167,24 +151,4 @@ async fn run(cluster: &RedisCluster, client: &Client, names: &[String], rounds: 
         "{total} increments under the locks, the counters kept {counted}: holds overlapped"
     );
     total
-}
-
-/// The number of keys a `SLOWLOG` entry's `EVALSHA` declares; `None` for
-/// any other command.
-fn script_call(entry: &redis::Value) -> Option<usize> {
-    let redis::Value::Array(fields) = entry else {
-        return None;
-    };
-    let Some(redis::Value::Array(args)) = fields.get(3) else {
-        return None;
-    };
-    let text = |i: usize| match args.get(i) {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(redis::Value::SimpleString(s)) => s.clone(),
-        _ => String::new(),
-    };
-    if !text(0).eq_ignore_ascii_case("evalsha") {
-        return None;
-    }
-    text(2).parse().ok()
 }

@@ -226,48 +226,16 @@ fn token_key(name: &str) -> String {
 /// Logs every command `server` runs with its arguments (the slow log with
 /// a threshold of 0), from now on.
 fn log_every_command(server: &RedisServer) {
-    let mut conn = admin(server);
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg(0)
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-max-len")
-        .arg(100_000)
-        .exec(&mut conn)
-        .unwrap();
-    redis::cmd("SLOWLOG").arg("RESET").exec(&mut conn).unwrap();
+    common::log_every_command(&mut admin(server));
 }
 
 /// `EVALSHA` calls logged since [`log_every_command`] that name `key`
 /// among their arguments. (The slow log keeps the first 32 arguments of a
 /// call: a batch of up to two fair or read-write requests fits whole.)
 fn script_calls_naming(server: &RedisServer, key: &str) -> usize {
-    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(100_000)
-        .query(&mut admin(server))
-        .unwrap();
-    entries
+    common::logged_commands(&mut admin(server))
         .iter()
-        .filter(|entry| {
-            let redis::Value::Array(fields) = entry else {
-                return false;
-            };
-            let Some(redis::Value::Array(args)) = fields.get(3) else {
-                return false;
-            };
-            let args: Vec<String> = args
-                .iter()
-                .filter_map(|a| redis::from_redis_value_ref::<String>(a).ok())
-                .collect();
-            args.first()
-                .is_some_and(|command| command.eq_ignore_ascii_case("evalsha"))
-                && args.iter().any(|a| a == key)
-        })
+        .filter(|args| common::evalsha_keys(args).is_some() && args.iter().any(|a| a == key))
         .count()
 }
 

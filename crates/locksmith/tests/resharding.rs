@@ -53,33 +53,15 @@ async fn calls_that_carry_several_slots_leave_out_the_moving_one() {
         .collect();
     // Every command the home node runs is logged, to find calls that
     // carried several slots (their probe keys are among their arguments).
-    let mut node = redis::Client::open(cluster.nodes()[home].url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for (option, value) in [
-        ("slowlog-max-len", "5000"),
-        ("slowlog-log-slower-than", "0"),
-    ] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(option)
-            .arg(value)
-            .query_async(&mut node)
-            .await
-            .unwrap();
-    }
+    let mut node = cluster.nodes()[home]
+        .connection()
+        .expect("a connection to the home node");
+    common::log_every_command(&mut node);
     run(cluster.clone(), names).await;
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(5_000)
-        .query_async(&mut node)
-        .await
-        .unwrap();
+    let log = common::logged_commands(&mut node);
     let across = log
         .iter()
-        .filter(|entry| keyless_script_call(entry))
+        .filter(|args| common::evalsha_keys(args) == Some(0))
         .count();
     let resent = resends();
     eprintln!(
@@ -91,24 +73,6 @@ async fn calls_that_carry_several_slots_leave_out_the_moving_one() {
         resent > 0,
         "no request of a call carrying several slots met the moving slot"
     );
-}
-
-/// Whether a `SLOWLOG` entry is an `EVALSHA` that declares no keys: a
-/// call carrying several slots (every other script call declares its
-/// keys).
-fn keyless_script_call(entry: &redis::Value) -> bool {
-    let redis::Value::Array(fields) = entry else {
-        return false;
-    };
-    let Some(redis::Value::Array(args)) = fields.get(3) else {
-        return false;
-    };
-    let text = |i: usize| match args.get(i) {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(redis::Value::SimpleString(s)) => s.clone(),
-        _ => String::new(),
-    };
-    text(0).eq_ignore_ascii_case("evalsha") && text(2) == "0"
 }
 
 /// The recorder of this test binary, installed by the first caller.

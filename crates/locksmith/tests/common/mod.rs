@@ -383,3 +383,56 @@ impl Proxied {
         redis::cmd("GET").arg(key).query(&mut conn).unwrap()
     }
 }
+
+/// Makes the server at the other end of `conn` log every command it runs
+/// in its slow log (up to 100,000 of them, each with its first 32
+/// arguments), from an empty log.
+pub fn log_every_command(conn: &mut redis::Connection) {
+    for (option, value) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "100000"),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(option)
+            .arg(value)
+            .exec(conn)
+            .unwrap();
+    }
+    redis::cmd("SLOWLOG").arg("RESET").exec(conn).unwrap();
+}
+
+/// The arguments (command name first) of every command the slow log holds,
+/// newest first (see [`log_every_command`]).
+pub fn logged_commands(conn: &mut redis::Connection) -> Vec<Vec<String>> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query(conn)
+        .unwrap();
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return None;
+            };
+            let Some(redis::Value::Array(args)) = fields.get(3) else {
+                return None;
+            };
+            Some(
+                args.iter()
+                    .filter_map(|a| redis::from_redis_value_ref::<String>(a).ok())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The number of keys a logged command (see [`logged_commands`]) declares
+/// if it is an `EVALSHA`; `None` for any other command.
+pub fn evalsha_keys(args: &[String]) -> Option<usize> {
+    if !args.first()?.eq_ignore_ascii_case("evalsha") {
+        return None;
+    }
+    args.get(2)?.parse().ok()
+}
