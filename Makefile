@@ -6,19 +6,27 @@ CARGO ?= cargo
 setup:
 	./scripts/setup
 
+# Every lint, one after another (what `make test` runs beside the tests).
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p locksmith --all-targets --features blocking -- -D warnings
-	$(CARGO) clippy -p seckill --all-targets --features demo -- -D warnings
 	$(CARGO) clippy -p seckill --lib --bins -- -D warnings
 	./scripts/check-lean-service
 
-test: lint
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test -p locksmith --features blocking --test blocking
-	$(CARGO) test -p locksmith --features blocking --test examples -- the_blocking_example_runs
-	$(CARGO) test --workspace --doc
+# Formatting first (instant), then scripts/run-tests: every test binary
+# built once and run concurrently, while the other lane runs clippy, the
+# lean-service check and the doc tests on the CPU the waiting tests leave.
+# The workspace pass lints locksmith with `blocking` and seckill with
+# `demo` (their tests turn them on); the seckill pass lints both without.
+test: setup
+	$(CARGO) fmt --all --check
+	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 \
+	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
+	  --lane '$(CARGO) test -p locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
+	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
+	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
+	  --lane './scripts/check-lean-service' \
+	  --lane '$(CARGO) test --workspace --doc'
 
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
 # for 500 items; prints the table and writes results/seckill-demo.{json,svg}.

@@ -130,8 +130,9 @@ impl Instance {
         })??
         .ok_or_else(|| {
             format!(
-                "instance {index} exited before listening; see {}",
-                log.display()
+                "instance {index} exited before listening; {} ends with:\n{}",
+                log.display(),
+                log_tail(log)
             )
         })?;
         // Keep draining stdout so the child never blocks on a full pipe.
@@ -157,6 +158,14 @@ impl Instance {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// The last lines of an instance's log, for an error that says why it
+/// stopped (the log's folder may be gone by the time someone looks).
+fn log_tail(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// Runs the demo; returns the report after writing it to `results_dir`.

@@ -189,7 +189,9 @@ impl Harness {
         load::run(&plan, &indicatif::ProgressBar::hidden()).await
     }
 
-    /// Waits (bounded) until every id in `accepted` is written.
+    /// Waits (bounded) until every id in `accepted` is written. A read
+    /// that fails (the database still coming back after an outage) counts
+    /// as "not yet" until the deadline.
     pub async fn wait_written(
         &self,
         voucher: i64,
@@ -198,12 +200,15 @@ impl Harness {
     ) -> Vec<seckill::db::Order> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let orders = self.servers[0]
-                .state()
-                .db()
-                .orders_of(voucher)
-                .await
-                .unwrap();
+            let orders = match self.servers[0].state().db().orders_of(voucher).await {
+                Ok(orders) => orders,
+                Err(e) if tokio::time::Instant::now() <= deadline => {
+                    eprintln!("reading the orders failed, trying again: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(e) => panic!("the orders could not be read within {within:?}: {e}"),
+            };
             let all = accepted.iter().all(|id| orders.iter().any(|o| o.id == *id));
             if all || tokio::time::Instant::now() > deadline {
                 return orders;

@@ -884,7 +884,10 @@ impl RawConn {
             return Ok(RawConn::One(connect(url).await.map_err(|e| e.to_string())?));
         };
         let seeds: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}")).collect();
-        let client = redis::cluster::ClusterClient::new(seeds).map_err(|e| e.to_string())?;
+        let client = redis::cluster::ClusterClient::builder(seeds)
+            .response_timeout(RAW_REPLY_LIMIT)
+            .build()
+            .map_err(|e| e.to_string())?;
         let conn = tokio::time::timeout(Duration::from_secs(5), client.get_async_connection())
             .await
             .map_err(|_| format!("no cluster connection to {url} within 5s"))?
@@ -955,11 +958,20 @@ fn names_in_one_slot(prefix: &str, count: u32) -> Vec<String> {
     names
 }
 
+/// How long a raw connection waits for a reply. A phase pipelines many
+/// calls, and a loaded machine (the bench shares its cores with the
+/// servers) can take longer than redis-rs's default 500 ms to answer a
+/// whole pipeline: that is slowness to measure, not an error.
+const RAW_REPLY_LIMIT: Duration = Duration::from_secs(10);
+
 async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
     let client = redis::Client::open(url)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(RAW_REPLY_LIMIT));
     tokio::time::timeout(
         Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
+        client.get_multiplexed_async_connection_with_config(&config),
     )
     .await
     .map_err(|_| {

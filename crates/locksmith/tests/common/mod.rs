@@ -436,3 +436,40 @@ pub fn evalsha_keys(args: &[String]) -> Option<usize> {
     }
     args.get(2)?.parse().ok()
 }
+
+/// What [`in_own_process`] sets in the child: the test it runs.
+const OWN_PROCESS_ENV: &str = "LOCKSMITH_TEST_OWN_PROCESS";
+
+/// Runs test `name` of module `module` (pass `module_path!()`) in a
+/// process of its own: for a test that installs something process-wide (a
+/// global metrics recorder or tracing subscriber) while the binary's other
+/// tests run beside it. In the parent, re-runs this test binary filtered
+/// to exactly that test, asserts it passed, and answers false: the caller
+/// returns. In that child, answers true: the caller runs its body.
+pub fn in_own_process(module: &str, name: &str) -> bool {
+    // `module_path!()` starts with the binary's crate name.
+    let path = match module.split_once("::") {
+        Some((_, rest)) => format!("{rest}::{name}"),
+        None => name.to_owned(),
+    };
+    if std::env::var(OWN_PROCESS_ENV).as_deref() == Ok(path.as_str()) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([path.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+        .env(OWN_PROCESS_ENV, &path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("re-run this test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{path} failed in its own process:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "{path} did not run in its own process:\n{stdout}\n{stderr}"
+    );
+    false
+}

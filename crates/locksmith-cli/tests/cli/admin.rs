@@ -1,0 +1,127 @@
+//! `locksmith status`, `locksmith unlock`, and bad input, through the built
+//! binary.
+
+use crate::common;
+
+use std::time::Instant;
+
+use common::{finish, hold, is_locked, locksmith, run, wait_bounded, RedisServer, LIMIT};
+
+fn status_json(server: &RedisServer, name: &str) -> serde_json::Value {
+    let out = run(server, &["status", name, "--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {out:?}"))
+}
+
+#[test]
+fn status_json_describes_a_held_and_a_free_lock() {
+    let server = RedisServer::start().unwrap();
+    let free = status_json(&server, "report");
+    assert_eq!(free["name"], "report");
+    assert_eq!(free["locked"], false);
+    assert_eq!(free["holders"].as_array().unwrap().len(), 0);
+    assert!(free["remaining_lease_ms"].is_null());
+    assert_eq!(free["fencing_counter"], 0);
+
+    let holder = hold(&server, "report", &["--lease", "20s"], &["sleep", "20"]);
+    let held = status_json(&server, "report");
+    assert_eq!(held["locked"], true);
+    let holders = held["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{held}");
+    assert_eq!(holders[0]["count"], 1);
+    assert!(holders[0]["owner"].as_str().unwrap().contains(':'));
+    let lease = held["remaining_lease_ms"].as_u64().unwrap();
+    assert!(lease > 0 && lease <= 20_000, "{held}");
+    // A new counter starts from the server's clock in microseconds.
+    assert!(
+        held["fencing_counter"].as_u64().unwrap() > 1_700_000_000_000_000,
+        "{held}"
+    );
+
+    let text = run(&server, &["status", "report"]);
+    assert!(text.stdout.contains("locked"), "{text:?}");
+    assert!(text.stdout.contains("hold count 1"), "{text:?}");
+
+    // The holder's command is killed once the lock is force-unlocked.
+    assert_eq!(run(&server, &["unlock", "--force", "report"]).code, Some(0));
+    let out = finish(holder, Instant::now());
+    assert_eq!(out.code, Some(70), "{out:?}");
+}
+
+#[test]
+fn unlock_requires_force() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = hold(&server, "guarded", &["--lease", "1s"], &["sleep", "20"]);
+    let out = run(&server, &["unlock", "guarded"]);
+    assert_eq!(out.code, Some(64), "{out:?}");
+    assert!(out.stderr.contains("--force"), "{out:?}");
+    assert!(is_locked(&server, "guarded"));
+
+    let out = run(&server, &["unlock", "--force", "guarded"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!is_locked(&server, "guarded"));
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(70));
+
+    let out = run(&server, &["unlock", "--force", "guarded"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("was not locked"), "{out:?}");
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let server = RedisServer::start().unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (&["run", "--lock", "", "--", "true"], "--lock"),
+        (
+            &["run", "--lock", "a", "--lease", "0", "--", "true"],
+            "--lease",
+        ),
+        (
+            &["run", "--lock", "a", "--wait", "soon", "--", "true"],
+            "--wait",
+        ),
+        (
+            &["run", "--lock", "a", "--wait=-1s", "--", "true"],
+            "--wait",
+        ),
+        (
+            &["run", "--lock", "a", "--lease", "5", "--", "true"],
+            "no unit",
+        ),
+        (&["run", "--lock", "a"], "CMD"),
+        (&["status", ""], "NAME"),
+    ];
+    for (args, needle) in cases {
+        let out = run(&server, args);
+        assert_eq!(out.code, Some(64), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {out:?}");
+    }
+    let out = run(&server, &["--redis", "ftp://nowhere", "status", "a"]);
+    assert_eq!(out.code, Some(64), "{out:?}");
+}
+
+#[test]
+fn unreachable_redis_names_the_address() {
+    // A port nothing listens on: bind one, note it, and close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = RedisServer::start().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    for args in [
+        vec!["--redis", &url, "run", "--lock", "a", "--", "true"],
+        vec!["--redis", &url, "status", "a"],
+        vec!["--redis", &url, "unlock", "--force", "a"],
+    ] {
+        let out = run(&server, &args);
+        assert_eq!(out.code, Some(69), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(&format!("127.0.0.1:{port}")), "{out:?}");
+    }
+    // The environment variable is used the same way.
+    let mut cmd = locksmith(&server);
+    cmd.env("LOCKSMITH_REDIS_URL", &url).args(["status", "a"]);
+    let out = finish(cmd.spawn().unwrap(), Instant::now());
+    assert_eq!(out.code, Some(69), "{out:?}");
+}

@@ -1,0 +1,26 @@
+//! The `locksmith` command's tests, in one test binary (linked once; its
+//! tests run concurrently): each module drives the built binary against
+//! testkit servers.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin;
+mod bad_input;
+#[cfg(feature = "bench")]
+mod bench_output;
+#[cfg(feature = "bench")]
+mod chaos;
+mod completions;
+mod cron_example;
+mod documented_benches;
+mod ids;
+mod kinds;
+mod latch;
+mod list;
+mod redlock;
+mod run;
+mod semaphore;
+mod tls;
+mod topologies;
+mod watch;

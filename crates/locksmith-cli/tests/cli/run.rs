@@ -1,0 +1,261 @@
+//! `locksmith run`: exit codes, environment, conflicts, waiting, lost
+//! leases and signal forwarding, through the built binary.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    finish, hold, is_locked, locksmith, run, signal, wait_bounded, wait_until, RedisServer, LIMIT,
+};
+use nix::sys::signal::Signal;
+
+#[test]
+fn passes_the_command_status_through_and_releases() {
+    let server = RedisServer::start().unwrap();
+    let out = run(
+        &server,
+        &["run", "--lock", "job", "--", "sh", "-c", "exit 3"],
+    );
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let out = run(&server, &["run", "--lock", "job", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!is_locked(&server, "job"));
+}
+
+#[test]
+fn signal_death_is_128_plus_the_signal() {
+    let server = RedisServer::start().unwrap();
+    let out = run(
+        &server,
+        &["run", "--lock", "job", "--", "sh", "-c", "kill -9 $$"],
+    );
+    assert_eq!(out.code, Some(128 + 9), "{out:?}");
+    assert!(!is_locked(&server, "job"));
+}
+
+#[test]
+fn command_sees_lock_name_and_increasing_fencing_tokens() {
+    let server = RedisServer::start().unwrap();
+    let script = r#"echo "$LOCKSMITH_LOCK_NAME $LOCKSMITH_FENCING_TOKEN""#;
+    let first = run(
+        &server,
+        &["run", "--lock", "env-lock", "--", "sh", "-c", script],
+    );
+    let second = run(
+        &server,
+        &["run", "--lock", "env-lock", "--", "sh", "-c", script],
+    );
+    let token = |out: &common::Output| -> u64 {
+        let (name, token) = out.stdout.trim().split_once(' ').expect("two words");
+        assert_eq!(name, "env-lock");
+        token.parse().expect("numeric token")
+    };
+    assert!(token(&second) > token(&first), "{first:?} {second:?}");
+}
+
+#[test]
+fn wait_zero_while_held_exits_with_the_conflict_code() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = hold(&server, "busy", &[], &["sleep", "20"]);
+
+    let out = run(
+        &server,
+        &["run", "--lock", "busy", "--wait", "0", "--", "true"],
+    );
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert!(out.stderr.contains("held by someone else"), "{out:?}");
+
+    let out = run(
+        &server,
+        &[
+            "run",
+            "--lock",
+            "busy",
+            "--wait",
+            "0",
+            "--conflict-exit-code",
+            "9",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.code, Some(9), "{out:?}");
+
+    // SIGTERM to the holder is forwarded to `sleep`, which dies of it.
+    signal(&holder, Signal::SIGTERM);
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(128 + 15));
+    assert!(!is_locked(&server, "busy"));
+}
+
+#[test]
+fn wait_gives_up_after_the_timeout() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = hold(&server, "busy", &[], &["sleep", "20"]);
+    let out = run(
+        &server,
+        &["run", "--lock", "busy", "--wait", "300ms", "--", "true"],
+    );
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert!(out.elapsed >= Duration::from_millis(300), "{out:?}");
+    signal(&holder, Signal::SIGTERM);
+    wait_bounded(&mut holder, LIMIT);
+}
+
+#[test]
+fn wait_gets_the_lock_once_the_holder_finishes() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = hold(&server, "queue", &[], &["sleep", "1"]);
+    let out = run(
+        &server,
+        &[
+            "run", "--lock", "queue", "--wait", "20s", "--", "echo", "ran",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "ran");
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(0));
+}
+
+#[test]
+fn fixed_lease_running_out_terminates_the_command() {
+    let server = RedisServer::start().unwrap();
+    // The command reports the SIGTERM it gets, then exits 0: locksmith must
+    // still exit non-zero because the lock was lost.
+    let script = r#"trap 'kill $!; echo got-sigterm; exit 0' TERM; sleep 10 & wait"#;
+    let out = run(
+        &server,
+        &[
+            "run",
+            "--lock",
+            "short",
+            "--no-renew",
+            "--lease",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert_eq!(out.stdout.trim(), "got-sigterm", "{out:?}");
+    assert!(out.stderr.contains("lost lock \"short\""), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(10), "{out:?}");
+}
+
+#[test]
+fn force_unlock_while_running_kills_the_command_with_on_lost_kill() {
+    let server = RedisServer::start().unwrap();
+    let started = Instant::now();
+    // A 1 s renewed lease: the watchdog checks every ~333 ms.
+    let holder = hold(
+        &server,
+        "victim",
+        &["--lease", "1s", "--on-lost", "kill"],
+        &["sleep", "20"],
+    );
+    let out = run(&server, &["unlock", "--force", "victim"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let out = finish(holder, started);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert!(out.stderr.contains("lost lock \"victim\""), "{out:?}");
+    assert!(out.stderr.contains("SIGKILL"), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(15), "{out:?}");
+}
+
+#[test]
+fn on_lost_ignore_lets_the_command_finish_but_still_fails() {
+    let server = RedisServer::start().unwrap();
+    let started = Instant::now();
+    let holder = hold(
+        &server,
+        "ignored",
+        &["--lease", "1s", "--on-lost", "ignore"],
+        &["sh", "-c", "sleep 2; echo finished"],
+    );
+    assert_eq!(
+        run(&server, &["unlock", "--force", "ignored"]).code,
+        Some(0)
+    );
+    let out = finish(holder, started);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert_eq!(out.stdout.trim(), "finished", "{out:?}");
+    assert!(out.stderr.contains("--on-lost ignore"), "{out:?}");
+}
+
+#[test]
+fn sigint_and_sigterm_are_forwarded_and_the_lock_released_after() {
+    let server = RedisServer::start().unwrap();
+    for (sig, name) in [(Signal::SIGTERM, "TERM"), (Signal::SIGINT, "INT")] {
+        let script = format!("trap 'kill $!; echo got-{name}; exit 5' {name}; sleep 20 & wait");
+        let started = Instant::now();
+        let holder = hold(&server, "fwd", &[], &["sh", "-c", &script]);
+        signal(&holder, sig);
+        let out = finish(holder, started);
+        assert_eq!(out.code, Some(5), "{out:?}");
+        assert_eq!(out.stdout.trim(), format!("got-{name}"));
+        assert!(!is_locked(&server, "fwd"));
+    }
+}
+
+#[test]
+fn missing_command_exits_127_and_releases() {
+    let server = RedisServer::start().unwrap();
+    let out = run(
+        &server,
+        &[
+            "run",
+            "--lock",
+            "nocmd",
+            "--",
+            "/nonexistent/locksmith-test-cmd",
+        ],
+    );
+    assert_eq!(out.code, Some(127), "{out:?}");
+    assert!(
+        out.stderr.contains("/nonexistent/locksmith-test-cmd"),
+        "{out:?}"
+    );
+    wait_until(|| !is_locked(&server, "nocmd"), "the lock to be released");
+}
+
+#[test]
+fn redis_url_falls_back_to_redis_url_env() {
+    let server = RedisServer::start().unwrap();
+    let mut cmd = locksmith(&server);
+    cmd.env_remove("LOCKSMITH_REDIS_URL")
+        .env("REDIS_URL", server.url())
+        .args(["run", "--lock", "envurl", "--", "true"]);
+    let out = finish(cmd.spawn().unwrap(), Instant::now());
+    assert_eq!(out.code, Some(0), "{out:?}");
+}
+
+#[test]
+fn a_signal_during_a_fair_wait_leaves_no_queue_entry_behind() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = locksmith(&server);
+    holder.args(["run", "--fair-lock", "fq", "--", "sleep", "20"]);
+    let mut holder = holder.spawn().expect("spawn holder");
+    wait_until(|| is_locked(&server, "fq"), "the fair lock to be taken");
+    let queue_len = || {
+        let mut conn = server.connection().unwrap();
+        redis::cmd("LLEN")
+            .arg("redisson_lock_queue:{fq}")
+            .query::<i64>(&mut conn)
+            .unwrap()
+    };
+    let mut waiter = locksmith(&server);
+    waiter.args(["run", "--fair-lock", "fq", "--wait", "60s", "--", "true"]);
+    let started = Instant::now();
+    let waiter = waiter.spawn().expect("spawn waiter");
+    wait_until(|| queue_len() == 1, "the waiter to queue");
+    signal(&waiter, Signal::SIGTERM);
+    let out = finish(waiter, started);
+    assert_eq!(out.code, Some(128 + 15), "{out:?}");
+    // The queue entry was withdrawn before the process exited (its
+    // give-up time is a minute away).
+    assert_eq!(queue_len(), 0, "the waiter's queue entry outlived it");
+    signal(&holder, Signal::SIGTERM);
+    let _ = wait_bounded(&mut holder, LIMIT);
+}

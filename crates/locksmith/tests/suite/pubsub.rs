@@ -1,0 +1,100 @@
+//! The pub/sub hub: a half-open connection is found by the health check
+//! and replaced, so waiters are still woken by releases; a waiter never
+//! waits for a subscription past its own deadline.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::eventually;
+use locksmith::Client;
+use locksmith_testkit::{FaultProxy, RedisServer};
+
+async fn proxied(proxy: &FaultProxy) -> Client {
+    Client::builder(proxy.url())
+        .lease(Duration::from_secs(10))
+        .command_timeout(Duration::from_millis(300))
+        .pubsub_ping_interval(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect through the proxy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_pubsub_connection_is_replaced_and_waiters_still_wake() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let waiters = proxied(&proxy).await;
+    // The holder renews a 10 s lease: a waiter that misses the release
+    // message would sleep until that lease runs out.
+    let holder = common::client(&server, Duration::from_secs(10)).await;
+    let guard = holder.lock("half-open").unwrap().lock().await.unwrap();
+
+    let lock = waiters.lock("half-open").unwrap();
+    let waiting = tokio::spawn(async move {
+        let got = lock.try_lock_for(Duration::from_secs(20)).await;
+        (got, Instant::now())
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            waiters.parked_waiter_count() == 1 && waiters.subscription_count() == 1
+        })
+        .await
+    );
+    // Connection 0 carries commands, connection 1 is the hub's pub/sub
+    // connection: cut it off silently.
+    assert_eq!(proxy.connection_count(), 2);
+    proxy.sever(1);
+    // The health check notices within a ping interval plus its timeout and
+    // reconnects (a third connection).
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            proxy.connection_count() >= 3
+        })
+        .await,
+        "the half-open connection was not replaced"
+    );
+    // Let the new connection subscribe, then release: the waiter is woken
+    // by the message, long before the 10 s lease would end.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (got, at) = waiting.await.unwrap();
+    let got = got.unwrap().expect("the waiter gets the lock");
+    assert!(
+        at - released_at < Duration::from_secs(3),
+        "woken {:?} after the release: the message was missed",
+        at - released_at
+    );
+    got.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_never_waits_for_its_subscription_past_its_deadline() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let waiters = Client::builder(proxy.url())
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let holder = common::client(&server, Duration::from_secs(10)).await;
+    let guard = holder.lock("slow-subscribe").unwrap().lock().await.unwrap();
+    // The hub's connection (the next one) will never answer its SUBSCRIBE.
+    proxy.sever(proxy.connection_count());
+    let started = Instant::now();
+    let got = waiters
+        .lock("slow-subscribe")
+        .unwrap()
+        .try_lock_for(Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(got.is_none());
+    // Bounded by the caller's 300 ms, not by the 5 s command timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "try_lock_for(300ms) took {:?}",
+        started.elapsed()
+    );
+    guard.release().await.unwrap();
+}
