@@ -14,18 +14,21 @@ lint: setup
 	./scripts/check-lean-service
 
 # Formatting first (instant), then scripts/run-tests: every test binary
-# built once and run concurrently, while the other lane runs clippy, the
-# lean-service check and the doc tests on the CPU the waiting tests leave.
+# built once and run concurrently (a few test threads each; the service's
+# load tests at a lower priority), while the other lane runs clippy, the
+# lean-service check, the trybuild cases (which build in a target folder
+# of their own, so not inside the concurrent run) and the doc tests on the
+# CPU the waiting tests leave. See docs/contributing.md.
 # The workspace pass lints locksmith with `blocking` and seckill with
 # `demo` (their tests turn them on); the seckill pass lints both without.
 test: setup
 	$(CARGO) fmt --all --check
 	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 \
 	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
-	  --lane '$(CARGO) test -p locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
 	  --lane './scripts/check-lean-service' \
+	  --lane '$(CARGO) test -p locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) test --workspace --doc'
 
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
