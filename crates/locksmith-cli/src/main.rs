@@ -199,6 +199,13 @@ struct RunArgs {
           conflicts_with_all = ["fair_lock", "read_lock", "write_lock", "semaphore"])]
     redlock: Vec<String>,
 
+    /// With --redlock: how long each node may take to answer before it
+    /// counts as down for that call [default: 50ms, the library's]. A
+    /// busy machine may need more; the time is taken from the lease's
+    /// validity either way.
+    #[arg(long, value_name = "DUR", value_parser = duration::parse_nonzero, requires = "redlock")]
+    node_timeout: Option<Duration>,
+
     /// Instead, a fair lock: waiters from every host are served in arrival
     /// order (Redisson's RFairLock layout).
     #[arg(long, value_name = "NAME", value_parser = non_empty)]

@@ -45,16 +45,18 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
         Target::Client(builder.build().await?)
     } else {
         let lease = args.lease.filter(|_| !args.no_renew);
-        Target::Redlock(
-            RedlockNodes::connect_with(args.redlock.iter().map(|url| {
-                let b = conn.builder_for(url.trim());
-                match lease {
-                    Some(lease) => b.lease(lease),
-                    None => b,
-                }
-            }))
-            .await?,
-        )
+        let nodes = RedlockNodes::connect_with(args.redlock.iter().map(|url| {
+            let b = conn.builder_for(url.trim());
+            match lease {
+                Some(lease) => b.lease(lease),
+                None => b,
+            }
+        }))
+        .await?;
+        Target::Redlock(match args.node_timeout {
+            Some(timeout) => nodes.with_node_timeout(timeout)?,
+            None => nodes,
+        })
     };
     let fixed = match (args.lease, args.no_renew) {
         (Some(lease), true) => Some(lease),

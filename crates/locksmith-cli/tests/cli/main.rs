@@ -11,6 +11,8 @@ mod bad_input;
 mod bench_output;
 #[cfg(feature = "bench")]
 mod chaos;
+#[cfg(feature = "bench")]
+mod chaos_alone;
 mod completions;
 mod cron_example;
 mod documented_benches;

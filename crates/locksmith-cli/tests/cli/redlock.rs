@@ -69,9 +69,21 @@ fn a_minority_down_is_fine_a_majority_down_is_unavailable() {
     let list = nodes.urls().join(",");
     nodes.node(2).kill();
     let first = nodes.iter().next().unwrap();
+    // Room for the live nodes on a loaded machine (the default 50 ms per
+    // node is not what this test is about).
     let ok = run(
         first,
-        &["run", "--lock", "job", "--redlock", &list, "--", "true"],
+        &[
+            "run",
+            "--lock",
+            "job",
+            "--redlock",
+            &list,
+            "--node-timeout",
+            "1s",
+            "--",
+            "true",
+        ],
     );
     assert_eq!(ok.code, Some(0), "{ok:?}");
     nodes.node(1).kill();
