@@ -55,6 +55,7 @@ impl CliError {
                 | ErrorKind::NoQuorum
                 | ErrorKind::Tls => UNAVAILABLE,
                 ErrorKind::Auth => NOPERM,
+                ErrorKind::Busy => CONFLICT,
                 _ => SOFTWARE,
             },
             CliError::Spawn { source, .. } => match source.kind() {

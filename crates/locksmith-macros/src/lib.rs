@@ -23,7 +23,9 @@
 //! - `lease = "<duration>"`: a fixed lease instead of the client's
 //!   watchdog-renewed default;
 //! - `busy = <expr>`: the error returned when `wait` elapses; without it,
-//!   `locksmith::Error::Timeout(wait)` converted with `From`.
+//!   `locksmith::Error::Busy { name, waited }` (kind `ErrorKind::Busy`:
+//!   the lock stayed held by another owner; Redis answered, nothing is
+//!   held) converted with `From`.
 //!
 //! The fn must be `async` and return `Result<T, E>` with
 //! `E: From<locksmith::Error>`: errors taking or releasing the lock are
@@ -270,10 +272,19 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             let nanos = d.as_nanos() as u64;
             let busy = match args.busy {
                 Some(expr) => quote! { #expr },
+                // A let with the lint allowed: converting into the fn's
+                // error type is useless when that type is
+                // `locksmith::Error` itself, which clippy would flag in
+                // the caller's code.
                 None => quote_spanned! {wait_span=>
-                    ::core::convert::From::from(::locksmith::Error::Timeout(
-                        ::core::time::Duration::from_nanos(#nanos),
-                    ))
+                    {
+                        #[allow(clippy::useless_conversion)]
+                        let busy = ::core::convert::From::from(::locksmith::Error::Busy {
+                            name: ::std::string::ToString::to_string(__locksmith_lock.name()),
+                            waited: ::core::time::Duration::from_nanos(#nanos),
+                        });
+                        busy
+                    }
                 },
             };
             quote_spanned! {span=>

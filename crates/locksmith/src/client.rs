@@ -503,7 +503,8 @@ impl ClientBuilder {
             address = address.with_sentinel_credentials(credentials);
         }
         let tasks = Tasks::default();
-        let mut security = Security::load(&config.tls)?;
+        let tls = crate::engine::security::is_tls_url(&self.url) || config.tls.wanted();
+        let mut security = Security::load(&config.tls, tls)?;
         if let Some(handle) = &config.credentials {
             if handle.refresh.is_zero() || handle.refresh > MAX_PERIOD {
                 return Err(Error::invalid(format!(

@@ -152,6 +152,18 @@ pub enum Error {
         addr: String,
     },
 
+    /// The lock stayed held by another owner for the whole of a bounded
+    /// wait (`#[locked(wait = ..)]` returns it). Redis answered every
+    /// call: nothing is held by the caller, and trying again later may
+    /// succeed.
+    #[error("lock {name:?} stayed held by another owner for the whole wait of {waited:?}")]
+    Busy {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -201,6 +213,9 @@ pub enum ErrorKind {
     /// does not match the host, a server that wants a client certificate,
     /// or TLS spoken to a port that does not speak it.
     Tls,
+    /// The lock stayed held by another owner for a whole bounded wait
+    /// (see [`Error::Busy`]).
+    Busy,
 }
 
 /// True for the server's refusals of credentials or rights.
@@ -247,11 +262,24 @@ impl Error {
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Internal(_) => ErrorKind::Internal,
             Error::Closed { .. } => ErrorKind::Closed,
+            Error::Busy { .. } => ErrorKind::Busy,
             // While running, only a refused right is final: a failed AUTH
             // on a reconnect (a password rotated before the provider was
             // asked again) stays a connection error, which is resent.
             Error::Redis(e) if e.code() == Some("NOPERM") => ErrorKind::Auth,
             Error::Redis(e) if e.is_timeout() => ErrorKind::Timeout,
+            // An answer that does not convert to what the call expects
+            // (redis-rs reports it as a parse error, whose retry method is
+            // a reconnect): the server answered, in a shape the library
+            // cannot read. Resending would get the same answer.
+            Error::Redis(e)
+                if matches!(
+                    e.kind(),
+                    redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+                ) =>
+            {
+                ErrorKind::Protocol
+            }
             Error::Redis(e)
                 if e.is_io_error()
                     || e.is_connection_dropped()

@@ -40,6 +40,16 @@ async fn hold(client: &locksmith::Client, id: u32, for_ms: u64) -> Result<(), Ap
     Ok(())
 }
 
+#[locked("plain:{id}", client = client, wait = "100ms", lease = "5s")]
+async fn hold_plain(
+    client: &locksmith::Client,
+    id: u32,
+    for_ms: u64,
+) -> Result<(), locksmith::Error> {
+    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+    Ok(())
+}
+
 #[locked("early:{id}", client = client, lease = "5s")]
 async fn early_return(client: &locksmith::Client, id: u32) -> Result<u32, AppError> {
     if id > 10 {
@@ -87,6 +97,30 @@ async fn the_wait_bound_yields_the_busy_error() {
     hold(&client, 2, 0).await.unwrap();
     holder.await.unwrap().unwrap();
     hold(&client, 1, 0).await.unwrap();
+}
+
+/// Without `busy`, a lock held past the wait is its own outcome
+/// (`ErrorKind::Busy`), not `Timeout`, which means Redis did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_bound_without_busy_yields_error_busy() {
+    let redis = RedisServer::start().unwrap();
+    let client = locksmith::Client::open(&redis.url()).await.unwrap();
+    let holder = {
+        let client = client.clone();
+        tokio::spawn(async move { hold_plain(&client, 1, 600).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = hold_plain(&client, 1, 0).await.unwrap_err();
+    assert_eq!(err.kind(), locksmith::ErrorKind::Busy, "{err}");
+    match err {
+        locksmith::Error::Busy { name, waited } => {
+            assert_eq!(name, "plain:1");
+            assert_eq!(waited, Duration::from_millis(100));
+        }
+        other => panic!("not Busy: {other}"),
+    }
+    holder.await.unwrap().unwrap();
+    hold_plain(&client, 1, 0).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

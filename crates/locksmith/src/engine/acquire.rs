@@ -29,7 +29,7 @@ use crate::engine::lease::LeaseState;
 use crate::engine::renewal::Hold;
 use crate::engine::task::Tasks;
 use crate::engine::undo::{self, UndoFuture};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The owner's state with the undo `F` of a grant armed.
 pub(crate) type Armed<S, F> = undo::Armed<OwnedMutexGuard<S>, F>;
@@ -114,10 +114,12 @@ where
                     tracing::debug!(name = %name, error = %e, "acquire reply lost; resending");
                     continue;
                 }
-                if sends == 1 && !e.is_reply_lost() {
+                if sends == 1 && !e.is_reply_lost() && e.kind() != ErrorKind::Protocol {
                     // Redis answered the only send with an error: nothing
                     // was granted. (After a resend, an earlier send may
-                    // have granted: the undo stays armed.)
+                    // have granted: the undo stays armed. So it does for an
+                    // answer the library cannot read: the script ran, and
+                    // may have granted.)
                     armed.disarm();
                 }
                 // Otherwise the outcome is unknown: dropping `armed` undoes

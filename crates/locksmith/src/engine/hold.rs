@@ -84,6 +84,15 @@ impl HoldState {
         self.registration.insert(registration)
     }
 
+    /// Whether this owner holds something a release of `episode` may end:
+    /// any hold for `None`, a hold of that very episode for `Some`. A
+    /// guard outlives its episode when the hold is lost (its lease ran
+    /// out, it was force-unlocked) and the owner starts another; the old
+    /// guard must not release the new episode.
+    pub(crate) fn is_episode(&self, episode: Option<u64>) -> bool {
+        self.count > 0 && episode.is_none_or(|e| e == self.episode)
+    }
+
     /// Before undoing a grant whose reply was never read: the undo's
     /// release must not take a receipt of an earlier episode for its own
     /// (episode 0 matches no receipt but the undo's own).
@@ -292,13 +301,14 @@ impl<S: Send + 'static> Releaser<S> {
         }
     }
 
-    /// Releases one hold, from a task of its own so a dropped caller does
-    /// not interrupt it (cancel safe).
-    pub(crate) async fn release_one(self) -> Result<()> {
+    /// Releases one hold of `episode` (a guard's: the episode it was
+    /// granted in), from a task of its own so a dropped caller does not
+    /// interrupt it (cancel safe).
+    pub(crate) async fn release_one(self, episode: u64) -> Result<()> {
         let tasks = self.tasks.clone();
         let task = tasks.spawn(async move {
             let state = self.state.clone().lock_owned().await;
-            self.release_locked(state).await
+            self.release_locked(state, Some(episode)).await
         });
         match task.await {
             Ok(result) => result,
@@ -312,10 +322,20 @@ impl<S: Send + 'static> Releaser<S> {
     /// resent in the background until Redis answers or the hold's lease is
     /// over, with the state held meanwhile so no later call of the owner
     /// overtakes it.
-    pub(crate) async fn release_locked(&self, mut state: OwnedMutexGuard<S>) -> Result<()> {
+    ///
+    /// With `Some(episode)` (a guard's release), only a hold of that
+    /// episode is released: a guard of an episode that was lost answers
+    /// [`NotHeld`](crate::Error::NotHeld) and leaves the owner's later
+    /// episode alone. `None` releases whatever this owner holds (undoing a
+    /// grant nobody took).
+    pub(crate) async fn release_locked(
+        &self,
+        mut state: OwnedMutexGuard<S>,
+        episode: Option<u64>,
+    ) -> Result<()> {
         let hold = (self.hold)(&mut state);
         let (expected, token) = (hold.count, hold.episode);
-        if expected == 0 {
+        if !hold.is_episode(episode) {
             return Err(self.not_held());
         }
         let mut sends = Sends::start(self.rules);

@@ -206,18 +206,17 @@ impl fmt::Debug for Security {
 }
 
 impl Security {
-    /// Reads the files `options` name.
+    /// Reads the files `options` name; `tls` says whether the client's
+    /// connections use TLS.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the file that cannot be read or
     /// holds no PEM certificate (or key), and for a client certificate
     /// without TLS.
-    pub(crate) fn load(options: &TlsOptions) -> Result<Security> {
-        // redis-rs builds its rustls configurations with the process-wide
-        // provider; with more than one provider compiled in (an
-        // application that also enables rustls's aws-lc-rs) none would be
-        // picked, so ring is made the default unless one is set already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+    pub(crate) fn load(options: &TlsOptions, tls: bool) -> Result<Security> {
+        if tls {
+            ensure_crypto_provider();
+        }
         let root_cert = match &options.ca_file {
             Some(path) => Some(read_pem(path, "CA file", "CERTIFICATE")?),
             None => None,
@@ -385,6 +384,19 @@ pub(crate) fn redact(url: &str) -> String {
     format!("{scheme}://{hosts}{path}")
 }
 
+/// Makes sure rustls has a process-wide crypto provider, for a client whose
+/// connections use TLS. redis-rs builds its rustls configurations with the
+/// process default, and with more than one provider compiled in (an
+/// application that also enables rustls's aws-lc-rs) none is picked: then,
+/// and only then, ring is installed. A client without TLS installs nothing,
+/// and a provider the application installed first is kept.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one first: theirs is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// True for a URL that asks for TLS.
 pub(crate) fn is_tls_url(url: &str) -> bool {
     url.starts_with("rediss://") || url.starts_with("rediss+") || url.starts_with("valkeys")
@@ -421,7 +433,7 @@ mod tests {
             ca_file: Some(PathBuf::from("/nonexistent/ca.pem")),
             ..TlsOptions::default()
         };
-        let e = Security::load(&options).unwrap_err();
+        let e = Security::load(&options, true).unwrap_err();
         assert!(e.is_invalid_argument(), "{e}");
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
 
@@ -433,7 +445,7 @@ mod tests {
             ca_file: Some(empty.clone()),
             ..TlsOptions::default()
         };
-        let e = Security::load(&options).unwrap_err();
+        let e = Security::load(&options, true).unwrap_err();
         assert!(e.to_string().contains("holds no PEM certificate"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1398,7 +1398,7 @@ mod tests {
             connect: Duration::from_secs(2),
             command: Duration::from_secs(2),
         };
-        let security = Security::load(&Default::default()).unwrap();
+        let security = Security::load(&Default::default(), false).unwrap();
         let conn = connect(&address, timing, &security, "").await.unwrap();
         let cluster_conn = conn.cluster().unwrap().clone();
         let key = "{failing}";

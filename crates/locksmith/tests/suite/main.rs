@@ -51,6 +51,7 @@ mod rw;
 mod semaphore;
 mod sentinel_auth;
 mod simple;
+mod stale_guard;
 mod tls;
 mod topology;
 mod tracing_spans;

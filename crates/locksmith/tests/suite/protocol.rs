@@ -112,3 +112,46 @@ async fn replies_no_script_gives_are_protocol_errors() {
         .expect_err("status 7 is no answer of the read-write lock script");
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
 }
+
+/// A reply of another shape than a script returns (`+OK` where an array
+/// comes) is `Protocol` too, not `Connection`: it is no lost reply
+/// (`is_reply_lost` is false), so it is not resent as one.
+#[tokio::test]
+async fn a_reply_of_another_shape_is_a_protocol_error() {
+    let url = fake_server("+OK\r\n").await;
+    let client = Client::builder(&url)
+        .command_timeout(Duration::from_secs(2))
+        .replica_acks(0, Duration::from_millis(100))
+        .build()
+        .await
+        .expect("the fake server is enough to connect");
+    let err = client
+        .lock("l")
+        .unwrap()
+        .try_lock()
+        .await
+        .expect_err("+OK is no answer of the acquire script");
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(!err.is_reply_lost(), "{err}");
+}
+
+/// A reentrant lock's `info` on a read-write lock's key: the server
+/// answers, in a shape the lock's script cannot read; `Protocol`, not a
+/// lost reply.
+#[tokio::test]
+async fn info_on_a_key_of_another_layout_is_a_protocol_error() {
+    let server = locksmith_testkit::RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).await.unwrap();
+    let rw = client.read_write_lock("shared").unwrap();
+    let _read = rw.read().await.unwrap();
+    match client.lock("shared").unwrap().info().await {
+        Ok(info) => panic!("a read-write lock read as a lock: {info:?}"),
+        Err(err) => {
+            assert!(
+                matches!(err.kind(), ErrorKind::Protocol | ErrorKind::WrongType),
+                "{err}"
+            );
+            assert!(!err.is_reply_lost(), "{err}");
+        }
+    }
+}

@@ -317,3 +317,87 @@ async fn sentinels_and_their_primary_over_tls() {
         .unwrap();
     assert!(exists);
 }
+
+/// A client without TLS leaves rustls's process-wide crypto provider
+/// alone, so an application can install its own afterwards with
+/// `.expect()`; a TLS client installs ring's only where none is installed,
+/// and keeps one the application installed first. Each case in a process
+/// of its own: the provider is process-wide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_client_installs_no_crypto_provider() {
+    let test = "a_plain_client_installs_no_crypto_provider";
+    if !crate::common::in_own_process(module_path!(), test) {
+        return;
+    }
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).await.unwrap();
+    client
+        .lock("p")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        rustls::crypto::CryptoProvider::get_default().is_none(),
+        "a redis:// client installed a process-wide provider"
+    );
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .expect("the application's own provider goes in");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_keeps_the_applications_crypto_provider() {
+    let test = "a_tls_client_keeps_the_applications_crypto_provider";
+    if !crate::common::in_own_process(module_path!(), test) {
+        return;
+    }
+    let files = TlsFiles::generate().unwrap();
+    let server = tls_server(&files, false);
+    let url = format!("rediss://127.0.0.1:{}", server.tls_port().unwrap());
+    // The application's provider, installed at startup: told apart from
+    // ring's default by its shorter list of cipher suites (TLS 1.3 only).
+    let mut mine = rustls::crypto::ring::default_provider();
+    mine.cipher_suites
+        .retain(|s| s.version() == &rustls::version::TLS13);
+    let suites = mine.cipher_suites.len();
+    assert!(suites > 0);
+    mine.install_default().unwrap();
+    let client = tls_client(&url, &files).await;
+    client
+        .lock("t")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let now = rustls::crypto::CryptoProvider::get_default().expect("still installed");
+    assert_eq!(now.cipher_suites.len(), suites, "the client replaced it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_installs_a_crypto_provider_where_none_is() {
+    let test = "a_tls_client_installs_a_crypto_provider_where_none_is";
+    if !crate::common::in_own_process(module_path!(), test) {
+        return;
+    }
+    let files = TlsFiles::generate().unwrap();
+    let server = tls_server(&files, false);
+    let url = format!("rediss://127.0.0.1:{}", server.tls_port().unwrap());
+    let client = tls_client(&url, &files).await;
+    client
+        .lock("t")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+}

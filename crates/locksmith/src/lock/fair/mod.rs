@@ -355,7 +355,7 @@ impl FairLock {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.
                 state.undoing(expected + 1);
-                if let Err(e) = this.releaser().release_locked(state).await {
+                if let Err(e) = this.releaser().release_locked(state, None).await {
                     tracing::debug!(lock = %this.shared.name, error = %e, "undoing a fair lock grant");
                 }
             })
@@ -401,6 +401,7 @@ impl FairLock {
         Ok(Attempt::Granted(LockGuard::fair(
             self.clone(),
             state.token,
+            state.episode,
             lease_state,
         )))
     }
@@ -425,8 +426,8 @@ impl FairLock {
 
     /// Releases one hold of this owner (used by [`LockGuard`]). Cancel
     /// safe: runs as a task of its own.
-    pub(super) async fn release_one(&self) -> Result<()> {
-        self.releaser().release_one().await
+    pub(super) async fn release_one(&self, episode: u64) -> Result<()> {
+        self.releaser().release_one(episode).await
     }
 
     /// One release request: answers the script's `(status, value)` (see

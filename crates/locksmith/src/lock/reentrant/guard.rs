@@ -29,15 +29,17 @@ pub struct LockGuard {
     held: Held<Holder>,
 }
 
-/// The lock a guard holds.
+/// The lock a guard holds. A counted kind's guard keeps the episode of the
+/// owner's hold it was granted in (see `HoldState::episode`): its release
+/// ends a hold of that episode only, never a later one of the same owner.
 #[derive(Debug)]
 enum Holder {
-    /// One hold count of a reentrant lock owner.
-    Reentrant(Lock),
-    /// One hold count of a fair lock owner.
-    Fair(FairLock),
-    /// One read or write hold of a read-write lock owner.
-    ReadWrite(ReadWriteLock, Side),
+    /// One hold count of a reentrant lock owner, and its episode.
+    Reentrant(Lock, u64),
+    /// One hold count of a fair lock owner, and its episode.
+    Fair(FairLock, u64),
+    /// One read or write hold of a read-write lock owner, and its episode.
+    ReadWrite(ReadWriteLock, Side, u64),
     /// A simple lock held under a random token; the registration keeps the
     /// watchdog (or expiry timer) running for it.
     Simple {
@@ -56,25 +58,26 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn reentrant(lock: Lock, token: u64, lease: Arc<LeaseState>) -> Self {
-        Self::held(Holder::Reentrant(lock), "lock", token, lease)
+    pub(crate) fn reentrant(lock: Lock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
+        Self::held(Holder::Reentrant(lock, episode), "lock", token, lease)
     }
 
-    pub(crate) fn fair(lock: FairLock, token: u64, lease: Arc<LeaseState>) -> Self {
-        Self::held(Holder::Fair(lock), "fair-lock", token, lease)
+    pub(crate) fn fair(lock: FairLock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
+        Self::held(Holder::Fair(lock, episode), "fair-lock", token, lease)
     }
 
     pub(crate) fn read_write(
         lock: ReadWriteLock,
         side: Side,
         token: u64,
+        episode: u64,
         lease: Arc<LeaseState>,
     ) -> Self {
         let kind = match side {
             Side::Read => "read-lock",
             Side::Write => "write-lock",
         };
-        Self::held(Holder::ReadWrite(lock, side), kind, token, lease)
+        Self::held(Holder::ReadWrite(lock, side, episode), kind, token, lease)
     }
 
     pub(crate) fn simple(
@@ -109,7 +112,9 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the lock had already been lost (expired or
     /// force-unlocked): whatever it protected may have been touched by
-    /// another holder since. [`Error::Unconfirmed`] when the release's
+    /// another holder since. That answer stays even when the same handle
+    /// has taken the lock again meanwhile: a guard releases only the hold
+    /// it was granted, never a later one of its owner. [`Error::Unconfirmed`] when the release's
     /// reply was lost and its resend found the hold gone without a way to
     /// tell whether the first send released it or it had been lost before
     /// (see [`ClientBuilder::release_receipts`](crate::ClientBuilder::release_receipts)
@@ -135,9 +140,9 @@ impl Holder {
     /// The client the hold belongs to.
     fn client(&self) -> &crate::Client {
         match self {
-            Holder::Reentrant(lock) => lock.client(),
-            Holder::Fair(lock) => lock.client(),
-            Holder::ReadWrite(lock, _) => lock.client(),
+            Holder::Reentrant(lock, _) => lock.client(),
+            Holder::Fair(lock, _) => lock.client(),
+            Holder::ReadWrite(lock, ..) => lock.client(),
             Holder::Simple { lock, .. } => lock.client(),
         }
     }
@@ -151,9 +156,9 @@ impl Holding for Holder {
 
     fn name(&self) -> &str {
         match self {
-            Holder::Reentrant(lock) => lock.name(),
-            Holder::Fair(lock) => lock.name(),
-            Holder::ReadWrite(lock, _) => lock.name(),
+            Holder::Reentrant(lock, _) => lock.name(),
+            Holder::Fair(lock, _) => lock.name(),
+            Holder::ReadWrite(lock, ..) => lock.name(),
             Holder::Simple { lock, .. } => lock.name(),
         }
     }
@@ -165,9 +170,9 @@ impl Holding for Holder {
     /// Releases the hold. Cancel safe (see [`LockGuard::release`]).
     async fn release(self) -> Result<()> {
         match self {
-            Holder::Reentrant(lock) => lock.release_one().await,
-            Holder::Fair(lock) => lock.release_one().await,
-            Holder::ReadWrite(lock, side) => lock.release_one(side).await,
+            Holder::Reentrant(lock, episode) => lock.release_one(episode).await,
+            Holder::Fair(lock, episode) => lock.release_one(episode).await,
+            Holder::ReadWrite(lock, side, episode) => lock.release_one(side, episode).await,
             Holder::Simple {
                 lock,
                 token,

@@ -533,6 +533,7 @@ impl Lock {
                 Ok(Attempt::Granted(LockGuard::reentrant(
                     self.clone(),
                     state.token,
+                    state.episode,
                     lease,
                 )))
             }
@@ -593,7 +594,12 @@ impl Lock {
             first_sent: armed_at,
         };
         let lease = acquire::record_grant(&self.shared.client, state, grant, self.hold());
-        Ok(LockGuard::reentrant(self.clone(), state.token, lease))
+        Ok(LockGuard::reentrant(
+            self.clone(),
+            state.token,
+            state.episode,
+            lease,
+        ))
     }
 
     /// Undoes, in the background, a grant this owner may hold without
@@ -626,11 +632,13 @@ impl Lock {
     /// Cancel safe: dropped before it holds the owner's state, a release is
     /// sent in the background; dropped after, the release in flight is
     /// finished in the background (see [`release_locked`]).
-    async fn release_one(&self) -> Result<()> {
-        let pending = release::pending_release(self);
+    /// Only a hold of `episode` (the guard's) is released.
+    async fn release_one(&self, episode: u64) -> Result<()> {
+        let pending = release::pending_release(self, episode);
         let state = self.shared.state.clone().lock_owned().await;
         pending.keep();
-        release_locked(&self.shared, state, self.lease(), true, Instant::now()).await
+        let (lease, until) = (self.lease(), Instant::now());
+        release_locked(&self.shared, state, lease, true, until, Some(episode)).await
     }
 
     /// The lock's name (also its key).

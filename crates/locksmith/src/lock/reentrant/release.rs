@@ -101,14 +101,16 @@ const FINISHING: (&str, &str) = (
 /// background task instead.
 pub(in crate::lock) fn pending_release(
     lock: &Lock,
+    episode: u64,
 ) -> Armed<(), impl FnOnce(()) -> UndoFuture + Send + 'static> {
     let lock = lock.clone();
     let tasks = lock.shared.client.tasks().clone();
     let undo = undo::closure(move |()| {
         Box::pin(async move {
             let state = lock.shared.state.clone().lock_owned().await;
+            let (lease, until) = (lock.lease(), Instant::now());
             let result =
-                release_locked(&lock.shared, state, lock.lease(), false, Instant::now()).await;
+                release_locked(&lock.shared, state, lease, false, until, Some(episode)).await;
             tracing::debug!(lock = %lock.shared.name, ?result, "released for a cancelled release call");
         })
     });
@@ -120,7 +122,9 @@ pub(in crate::lock) fn pending_release(
 }
 
 /// The release script, resent on a lost reply, with the owner's state
-/// locked. Updates the local state from the answer. With `handoff`, a
+/// locked. Updates the local state from the answer. With `Some(episode)`
+/// (a guard's release) only a hold of that episode is released (see
+/// [`HoldState::is_episode`]). With `handoff`, a
 /// final release grants the lock to a parked waiter of this client if
 /// there is one (see [`handoff`]). `until` bounds background resends when
 /// the owner has no watchdog registration.
@@ -138,9 +142,10 @@ pub(in crate::lock) async fn release_locked(
     lease: Duration,
     handoff: bool,
     until: Instant,
+    episode: Option<u64>,
 ) -> Result<()> {
     let expected = state.count;
-    if expected == 0 {
+    if !state.is_episode(episode) {
         return Err(Error::NotHeld {
             name: shared.name.to_string(),
         });
@@ -392,7 +397,7 @@ pub(in crate::lock) fn undo_grant(
             return;
         };
         state.undoing(expected_after);
-        let result = release_locked(&shared, state, lease, false, until).await;
+        let result = release_locked(&shared, state, lease, false, until, None).await;
         tracing::debug!(lock = %shared.name, ?result, "undid a grant nobody took");
     }
 }

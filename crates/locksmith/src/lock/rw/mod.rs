@@ -421,7 +421,7 @@ impl ReadWriteLock {
                 // The release with the post-grant count undoes a grant that
                 // landed and answers "nothing changed" for one that did not.
                 state.side(side).undoing(expected + 1);
-                if let Err(e) = this.releaser(side).release_locked(state).await {
+                if let Err(e) = this.releaser(side).release_locked(state, None).await {
                     tracing::debug!(lock = %this.shared.name, error = %e, "undoing a read-write lock grant");
                 }
             })
@@ -472,11 +472,12 @@ impl ReadWriteLock {
         };
         let hold_state = state.side(side);
         let lease_state = acquire::record_grant(client, hold_state, grant, hold);
-        let token = hold_state.token;
+        let (token, episode) = (hold_state.token, hold_state.episode);
         Ok(Check::Done(LockGuard::read_write(
             self.clone(),
             side,
             token,
+            episode,
             lease_state,
         )))
     }
@@ -506,8 +507,8 @@ impl ReadWriteLock {
 
     /// Releases one hold of `side` (used by [`LockGuard`]). Cancel safe:
     /// runs as a task of its own.
-    pub(super) async fn release_one(&self, side: Side) -> Result<()> {
-        self.releaser(side).release_one().await
+    pub(super) async fn release_one(&self, side: Side, episode: u64) -> Result<()> {
+        self.releaser(side).release_one(episode).await
     }
 
     /// One release request (`kind` `r`, `w`, or `leave` to withdraw a
