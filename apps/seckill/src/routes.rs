@@ -243,11 +243,8 @@ async fn voucher_orders(
         .voucher(id)
         .await?
         .ok_or(AppError::NotFound("voucher"))?;
-    let orders = state.db().orders_page(id, after, limit).await?;
-    let total = state.db().order_count(id).await?;
-    let failed = state.db().failed_count(id).await?;
     // The stream holds exactly the accepted orders not yet written; -1
-    // when Redis does not answer.
+    // when Redis does not answer. Read before the rows (see below).
     let mut conn = state.redis();
     let lengths: redis::RedisResult<(i64, i64)> = redis::pipe()
         .cmd("XLEN")
@@ -271,6 +268,14 @@ async fn voucher_orders(
         Err(_) => -1,
     };
     let (unwritten, dead) = lengths.unwrap_or((-1, -1));
+    // The rows are read after the stream's length: a stream seen empty
+    // means every order was written before the rows were read, so a reader
+    // that sees `stream_unwritten: 0` and an order missing knows it is
+    // lost (read the other way round, an order written in between was in
+    // neither).
+    let orders = state.db().orders_page(id, after, limit).await?;
+    let total = state.db().order_count(id).await?;
+    let failed = state.db().failed_count(id).await?;
     let list: Vec<Value> = orders
         .iter()
         .map(|o| json!({ "order_id": o.id.to_string(), "user_id": o.user_id }))

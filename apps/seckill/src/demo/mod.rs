@@ -313,7 +313,11 @@ async fn written_orders(
                 rows.push((id, user));
             }
         }
-        unwritten = page["stream_unwritten"].as_i64().unwrap_or(unwritten);
+        // The first page's reading, taken before any row was read: zero
+        // means every row is in the pages that follow.
+        if after.is_empty() {
+            unwritten = page["stream_unwritten"].as_i64().unwrap_or(-1);
+        }
         match page["next_after"].as_str() {
             Some(next) => after = next.to_owned(),
             None => break,
