@@ -304,7 +304,7 @@ fn log_tail(dir: &Path) -> String {
 }
 
 /// Spawns `redis-server` on `port` with the base options plus `extra`, and
-/// waits until it answers `PING`. On failure the process is killed and the
+/// waits until it answers as itself (`INFO`'s process id). On failure the process is killed and the
 /// error carries the tail of its log.
 fn launch(port: u16, extra: &[String], conf: Option<&Path>, dir: &Path) -> io::Result<Child> {
     let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
@@ -360,19 +360,36 @@ fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> io::Result<()> {
                 log_tail(dir)
             )));
         }
-        let ping = client
+        let answer = client
             .get_connection_with_timeout(Duration::from_millis(200))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-        // A server whose default user is off (ACL tests) answers NOAUTH:
-        // it is up all the same.
-        if ping.is_ok() || ping.is_err_and(|e| e.code() == Some("NOAUTH")) {
-            return Ok(());
+            .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+        match answer {
+            // Another test's server may have taken the port between the
+            // probe and our bind: then it answers, and ours exits. Only
+            // our own process counts.
+            Ok(info) => {
+                let pid = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|p| p.trim().parse::<u32>().ok());
+                if pid.is_none_or(|pid| pid == child.id()) {
+                    return Ok(());
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("port {port} is taken by another redis-server (process {pid:?})"),
+                ));
+            }
+            // A server whose default user is off (ACL tests) answers
+            // NOAUTH: it is up all the same.
+            Err(e) if e.code() == Some("NOAUTH") => return Ok(()),
+            Err(_) => {}
         }
         if Instant::now() > deadline {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "redis-server on port {port} did not answer PING in {READY_TIMEOUT:?}; log:\n{}",
+                    "redis-server on port {port} did not answer in {READY_TIMEOUT:?}; log:\n{}",
                     log_tail(dir)
                 ),
             ));

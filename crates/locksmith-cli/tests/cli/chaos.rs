@@ -79,7 +79,7 @@ fn broken_kind_is_caught(kind: &str, rule: &str) {
 
 /// As [`broken_kind_is_caught`], with `extra` options (the topology, or
 /// the faults: one fault is injected).
-pub(super) fn broken_kind_is_caught_on(kind: &str, rule: &str, extra: &[&str]) {
+fn broken_kind_is_caught_on(kind: &str, rule: &str, extra: &[&str]) {
     let dir = std::env::temp_dir().join(format!("chaos-broken-{kind}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("chaos.json");
@@ -151,6 +151,13 @@ fn a_broken_multi_lock_is_caught() {
 #[test]
 fn a_broken_latch_is_caught() {
     broken_kind_is_caught("latch", "latch-early");
+}
+
+/// Redlock on five servers, broken: caught (the runs that must pass,
+/// with server faults, are in `chaos_alone.rs`).
+#[test]
+fn a_broken_redlock_is_caught() {
+    broken_kind_is_caught_on("redlock", "overlap", &["--topology", "redlock"]);
 }
 
 #[test]

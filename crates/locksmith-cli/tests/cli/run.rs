@@ -187,16 +187,27 @@ fn on_lost_ignore_lets_the_command_finish_but_still_fails() {
 #[test]
 fn sigint_and_sigterm_are_forwarded_and_the_lock_released_after() {
     let server = RedisServer::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("locksmith-fwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     for (sig, name) in [(Signal::SIGTERM, "TERM"), (Signal::SIGINT, "INT")] {
-        let script = format!("trap 'kill $!; echo got-{name}; exit 5' {name}; sleep 20 & wait");
+        // The command marks when its trap is set: a signal forwarded before
+        // that (the lock is taken before the command starts) would end the
+        // shell the default way, which is not what this test is about.
+        let ready = dir.join(format!("ready-{name}"));
+        let script = format!(
+            "trap 'kill $!; echo got-{name}; exit 5' {name}; touch '{}'; sleep 20 & wait",
+            ready.display()
+        );
         let started = Instant::now();
         let holder = hold(&server, "fwd", &[], &["sh", "-c", &script]);
+        wait_until(|| ready.exists(), "the command to set its trap");
         signal(&holder, sig);
         let out = finish(holder, started);
         assert_eq!(out.code, Some(5), "{out:?}");
         assert_eq!(out.stdout.trim(), format!("got-{name}"));
         assert!(!is_locked(&server, "fwd"));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
