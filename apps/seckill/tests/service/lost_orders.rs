@@ -304,12 +304,22 @@ async fn cancelled_requests_leak_nothing(strategy: Strategy) {
         let db_stock = db.voucher(voucher).await.unwrap().unwrap().stock;
         (redis_stock, db_stock - unwritten)
     };
+    // A purchase cut off while it still queued for a lock has taken
+    // nothing yet, so the stocks balance while it runs on: quiet also means
+    // no purchase task left on either instance (else a buyer who has no
+    // order yet is refused as one who bought when their purchase lands).
+    let in_flight = || {
+        h.servers
+            .iter()
+            .map(|s| s.state().purchases().len())
+            .sum::<usize>()
+    };
     let mut last = (0, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while tokio::time::Instant::now() < deadline {
         last = balanced(&mut conn).await;
         let unwritten: i64 = conn.xlen(keys::orders_stream(voucher)).unwrap();
-        if last.0 == last.1 && unwritten == 0 {
+        if last.0 == last.1 && unwritten == 0 && in_flight() == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -317,6 +327,11 @@ async fn cancelled_requests_leak_nothing(strategy: Strategy) {
     assert_eq!(
         last.0, last.1,
         "{strategy}: stock in Redis != stock in the database - pending orders"
+    );
+    assert_eq!(
+        in_flight(),
+        0,
+        "{strategy}: purchases still running after 20 s"
     );
     // Every dropped buyer either has an order (and hears so) or can buy.
     for user in dropped {
