@@ -15,8 +15,9 @@ lint: setup
 
 # Formatting first (instant), then scripts/run-tests: every test binary
 # built once and run concurrently (a few test threads each; the service's
-# load tests at a lower priority; the chaos runs that must pass alone,
-# after the rest), while the other lane runs clippy, the
+# load tests at a lower priority; the chaos runs that must pass, and the
+# library's close tests, alone after the rest), while the other lane runs
+# clippy, the
 # lean-service check, the trybuild cases (which build in a target folder
 # of their own, so not inside the concurrent run) and the doc tests on the
 # CPU the waiting tests leave. See docs/contributing.md.
@@ -26,7 +27,7 @@ test: setup
 	$(CARGO) fmt --all --check
 	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 \
 	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
-	  --alone cli=chaos_alone:: \
+	  --alone cli=chaos_alone:: --alone suite=close:: \
 	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
 	  --lane './scripts/check-lean-service' \

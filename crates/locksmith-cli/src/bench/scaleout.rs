@@ -12,6 +12,9 @@
 
 use locksmith_testkit::{RedisCluster, RedisNodes, RedisServer};
 
+/// The Redlock node timeout of the bench's runs (see its use).
+const BENCH_NODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 use super::contender::{Contender, MULTI_MEMBERS};
 use super::topologies::bench_on;
 use super::{progress, ratio, report, BenchArgs, Handoffs, Phase};
@@ -33,9 +36,14 @@ pub(super) async fn run_redlock(args: BenchArgs) -> Result<(), String> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     let bench = bench_on(&urls[0], &urls, None, None, &args).await?;
+    // The five servers, the bench and its tasks share the machine's
+    // cores: a node held up past the default 50 ms would count as down
+    // and end a phase with `NoQuorum`. Nodes here are never down, so a
+    // wait that long is load, which the phase measures.
     let redlock = || async {
         locksmith::RedlockNodes::connect(urls.clone())
             .await
+            .and_then(|nodes| nodes.with_node_timeout(BENCH_NODE_TIMEOUT))
             .map(Contender::Redlock)
             .map_err(|e| e.to_string())
     };
