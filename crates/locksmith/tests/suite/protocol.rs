@@ -79,17 +79,22 @@ async fn fake_server(script_reply: &'static str) -> String {
     format!("redis://{addr}")
 }
 
+/// A client of the fake server at `url`.
+async fn fake_client(url: &str) -> Client {
+    Client::builder(url)
+        .command_timeout(Duration::from_secs(2))
+        .replica_acks(0, Duration::from_millis(100))
+        .build()
+        .await
+        .expect("the fake server is enough to connect")
+}
+
 #[tokio::test]
 async fn replies_no_script_gives_are_protocol_errors() {
     // An array of one request's reply with a status no script answers
     // (batch scripts answer one array per request).
     let url = fake_server("*1\r\n*3\r\n:7\r\n:0\r\n:0\r\n").await;
-    let client = Client::builder(&url)
-        .command_timeout(Duration::from_secs(2))
-        .replica_acks(0, Duration::from_millis(100))
-        .build()
-        .await
-        .expect("the fake server is enough to connect");
+    let client = fake_client(&url).await;
     let semaphore = client.semaphore("s").unwrap();
     let err = semaphore
         .try_acquire(1)
@@ -119,12 +124,7 @@ async fn replies_no_script_gives_are_protocol_errors() {
 #[tokio::test]
 async fn a_reply_of_another_shape_is_a_protocol_error() {
     let url = fake_server("+OK\r\n").await;
-    let client = Client::builder(&url)
-        .command_timeout(Duration::from_secs(2))
-        .replica_acks(0, Duration::from_millis(100))
-        .build()
-        .await
-        .expect("the fake server is enough to connect");
+    let client = fake_client(&url).await;
     let err = client
         .lock("l")
         .unwrap()
