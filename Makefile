@@ -12,6 +12,8 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p seckill --lib --bins -- -D warnings
 	./scripts/check-lean-service
+	./scripts/check-msrv
+	$(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # Formatting first (instant), then scripts/run-tests: every test binary
 # built once and run concurrently (a few test threads each; the service's
@@ -23,15 +25,21 @@ lint: setup
 # CPU the waiting tests leave. See docs/contributing.md.
 # The workspace pass lints locksmith with `blocking` and seckill with
 # `demo` (their tests turn them on); the seckill pass lints both without.
+# check-msrv: no locked dependency of a published crate needs a newer Rust
+# than our rust-version. The publish dry run packages the published crates
+# and builds each from its packaged files (the library, the macros, the
+# CLI; the test kit, the lab and the service are not published).
 test: setup
 	$(CARGO) fmt --all --check
-	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 \
+	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 --threads-for lab=2 \
 	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
-	  --alone cli=chaos_alone:: --alone suite=close:: \
+	  --alone lab=chaos_alone:: --alone suite=close:: \
 	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
 	  --lane './scripts/check-lean-service' \
-	  --lane '$(CARGO) test -p locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
+	  --lane './scripts/check-msrv' \
+	  --lane '$(CARGO) publish --workspace --dry-run --locked --allow-dirty' \
+	  --lane '$(CARGO) test -p redis-locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) test --workspace --doc'
 
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
@@ -43,32 +51,32 @@ fmt:
 	$(CARGO) fmt --all
 
 doc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --features locksmith/blocking
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --features redis-locksmith/blocking
 
 bench: setup
-	$(CARGO) run --release -p locksmith-cli -- bench
+	$(CARGO) run --release -p locksmith-lab -- bench
 
 # locksmith's phases on a single server, Sentinel and a Cluster side by
 # side, and the cost of replica acknowledgement (WAIT).
 bench-topologies: setup
-	$(CARGO) run --release -p locksmith-cli -- bench --topologies
+	$(CARGO) run --release -p locksmith-lab -- bench --topologies
 
 # The fair lock, semaphore and latch beside the plain lock, on a Redis it
 # starts itself.
 bench-family: setup
-	$(CARGO) run --release -p locksmith-cli -- bench --family
+	$(CARGO) run --release -p locksmith-lab -- bench --family
 
 # Redlock on 5 servers (locksmith and rslock) beside the 1-server lock.
 bench-redlock: setup
-	$(CARGO) run --release -p locksmith-cli -- bench --redlock
+	$(CARGO) run --release -p locksmith-lab -- bench --redlock
 
 # locksmith beside rslock, redis-py and python-redis-lock on one Redis.
 bench-peers: setup
-	$(CARGO) run --release -p locksmith-cli -- bench --peers --duration 2s --json target/bench-peers.json --svg target/bench-peers.svg
+	$(CARGO) run --release -p locksmith-lab -- bench --peers --duration 2s --json target/bench-peers.json --svg target/bench-peers.svg
 
 # MultiLock of 4 locks on a single server and a cluster (one slot vs spread).
 bench-multi: setup
-	$(CARGO) run --release -p locksmith-cli -- bench --multi
+	$(CARGO) run --release -p locksmith-lab -- bench --multi
 
 # The chaos suite, long form (12 minutes): 6 minutes under every
 # single-server fault, 1 without the data-losing restart (so the
@@ -80,8 +88,8 @@ bench-multi: setup
 # majority of them paused and killed; figures as JSON in target/chaos/.
 chaos: setup
 	mkdir -p target/chaos
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --duration 6m --json target/chaos/single.json --history target/chaos/single.jsonl
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --faults kill,cut,pause,black-hole,latency --duration 1m --json target/chaos/single-kept.json --history target/chaos/single-kept.jsonl
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology sentinel --duration 2m --json target/chaos/sentinel.json --history target/chaos/sentinel.jsonl
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/cluster.json --history target/chaos/cluster.jsonl
-	$(CARGO) run --release -p locksmith-cli -- chaos --kind redlock --topology redlock --duration 1m --json target/chaos/redlock.json --history target/chaos/redlock.jsonl
+	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --duration 6m --json target/chaos/single.json --history target/chaos/single.jsonl
+	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --faults kill,cut,pause,black-hole,latency --duration 1m --json target/chaos/single-kept.json --history target/chaos/single-kept.jsonl
+	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --topology sentinel --duration 2m --json target/chaos/sentinel.json --history target/chaos/sentinel.jsonl
+	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/cluster.json --history target/chaos/cluster.jsonl
+	$(CARGO) run --release -p locksmith-lab -- chaos --kind redlock --topology redlock --duration 1m --json target/chaos/redlock.json --history target/chaos/redlock.jsonl

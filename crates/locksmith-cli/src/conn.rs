@@ -151,18 +151,6 @@ impl ConnArgs {
         b
     }
 
-    /// True when any option beside the URL was given (TLS, credentials, a
-    /// key prefix).
-    pub(crate) fn has_options(&self) -> bool {
-        self.tls
-            || self.cacert.is_some()
-            || self.cert.is_some()
-            || self.insecure
-            || self.user.is_some()
-            || self.pass.is_some()
-            || self.key_prefix.is_some()
-    }
-
     /// Connects with every option.
     pub(crate) async fn connect(&self) -> Result<Client, CliError> {
         Ok(self.builder().build().await?)

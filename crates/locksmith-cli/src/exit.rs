@@ -11,8 +11,6 @@ pub(crate) const NOPERM: u8 = 77;
 /// The lock was lost while the command ran, or an internal error
 /// (`EX_SOFTWARE`).
 pub(crate) const SOFTWARE: u8 = 70;
-/// `chaos`: the checker found violations.
-pub(crate) const CHECK_FAILED: u8 = 1;
 /// Default for "lock not acquired in time" (`EX_TEMPFAIL`: try again later).
 pub(crate) const CONFLICT: u8 = 75;
 /// The command exists but could not be executed (as in sh).
@@ -37,7 +35,7 @@ pub(crate) enum CliError {
         /// Why the spawn failed (not found, permission denied, ...).
         source: std::io::Error,
     },
-    /// Anything else (a benchmark setup failure, a broken pipe, ...).
+    /// Anything else (a broken pipe, a manual page that cannot be written, ...).
     #[error("{0}")]
     Other(String),
 }

@@ -1,5 +1,4 @@
-//! `locksmith`: a distributed `flock(1)` on Redis, lock inspection, and the
-//! project's benchmark.
+//! `locksmith`: a distributed `flock(1)` on Redis, and lock inspection.
 //!
 //! Map of the binary:
 //! - `main.rs`: the command line (clap derive) and dispatch.
@@ -9,14 +8,11 @@
 //! - `admin.rs`: `locksmith status` and `locksmith unlock --force`.
 //! - `latch.rs`: `locksmith latch`, a count-down latch from the shell.
 //! - `ids.rs`: `locksmith id`, unique time-ordered ids.
-//! - `bench/`: `locksmith bench`, locksmith against rslock and the raw
-//!   scripts on one Redis.
+//!
+//! The benchmarks and the chaos suite start their own servers through the
+//! test kit, so they live in the unpublished `locksmith-lab` binary.
 
 mod admin;
-#[cfg(feature = "bench")]
-mod bench;
-#[cfg(feature = "bench")]
-mod chaos;
 mod conn;
 mod duration;
 mod exit;
@@ -82,7 +78,7 @@ enum Command {
     ///   locksmith run --read-lock catalog -- ./export.sh
     ///   locksmith run --semaphore encoders --permits 4 -- ffmpeg ...
     #[command(verbatim_doc_comment, after_help = EXIT_CODES_HELP)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show the state of a lock (holders, lease, fencing counter, fair
     /// queue), a read-write lock (mode, readers, writer), a semaphore
     /// (available and held permits) or a latch (count).
@@ -149,33 +145,6 @@ enum Command {
     ///   locksmith id orders --json
     #[command(verbatim_doc_comment)]
     Id(ids::IdArgs),
-    /// Benchmark locksmith against rslock and the raw scripts on one Redis.
-    ///
-    /// Without --redis (the environment variables are ignored here) it
-    /// starts its own redis-server on a free port.
-    #[cfg(feature = "bench")]
-    Bench(bench::BenchArgs),
-    /// Chaos test: worker processes loop acquire, fenced writes and release
-    /// on shared locks while faults are injected (SIGKILL and SIGSTOP of
-    /// holders, a lock-server restart without persistence, a black hole and
-    /// latency on one client's network, a Sentinel failover); then a checker
-    /// verifies the history: token order, no accepted stale write, no
-    /// overlap of confirmed holds, every loss signalled, recovery within
-    /// lease + 1 s. Starts its own servers. Exit 0: no violations; 1: some.
-    ///
-    /// Examples:
-    ///   locksmith chaos --duration 60s
-    ///   locksmith chaos --duration 10m --json chaos.json
-    ///   locksmith chaos --topology sentinel --duration 2m
-    ///   locksmith chaos --topology cluster --duration 2m
-    ///   locksmith chaos --broken-release --faults pause   (shows the checker catching a broken lock)
-    #[cfg(feature = "bench")]
-    #[command(verbatim_doc_comment)]
-    Chaos(chaos::ChaosArgs),
-    /// One chaos worker process (started by `locksmith chaos`).
-    #[cfg(feature = "bench")]
-    #[command(hide = true)]
-    ChaosWorker(chaos::worker::WorkerArgs),
 }
 
 /// Arguments of `locksmith run`.
@@ -356,7 +325,7 @@ fn main() -> ExitCode {
 /// Runs the chosen subcommand; `Ok` carries the exit code.
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(&cli.conn, args).await,
+        Command::Run(args) => run::run(&cli.conn, *args).await,
         Command::Status(args) => admin::status(&cli.conn, &args.name, args.kind, args.json).await,
         Command::Unlock(args) => admin::unlock(&cli.conn, &args.name, args.force).await,
         Command::List(args) => list::list(&cli.conn, args).await,
@@ -376,24 +345,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 .map_err(|e| CliError::Other(format!("cannot write the manual page: {e}")))?;
             Ok(0)
         }
-        #[cfg(feature = "bench")]
-        Command::Bench(args) => {
-            if cli.conn.has_options() {
-                return Err(CliError::Usage(
-                    "bench takes --redis only: it measures plain connections as the default user \
-                     (bench --topologies runs a TLS comparison of its own)"
-                        .into(),
-                ));
-            }
-            bench::run(cli.conn.redis, args).await
-        }
-        #[cfg(feature = "bench")]
-        Command::Chaos(args) => chaos::run(args).await,
-        #[cfg(feature = "bench")]
-        Command::ChaosWorker(args) => chaos::worker::run(args)
-            .await
-            .map(|()| 0)
-            .map_err(CliError::Other),
     }
 }
 

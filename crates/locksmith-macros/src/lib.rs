@@ -1,8 +1,12 @@
 //! `#[locked(...)]`: hold a locksmith distributed lock for the body of an
 //! async fn.
 //!
+//! Use it through the library's `macros` feature
+//! (`redis-locksmith = { version = "0.1", features = ["macros"] }`), which
+//! re-exports it as `locksmith::locked`:
+//!
 //! ```ignore
-//! use locksmith_macros::locked;
+//! use locksmith::locked;
 //!
 //! #[locked("order:{user_id}", client = state.locks(), wait = "2s", lease = "10s")]
 //! async fn place_order(state: &AppState, user_id: u64) -> Result<OrderId, AppError> {
@@ -39,8 +43,9 @@
 //! error is returned. If
 //! the fn's future is dropped mid-body, the guard's `Drop` releases.
 //!
-//! The expansion names `::locksmith`, so the calling crate depends on
-//! `locksmith` directly.
+//! The expansion names `::locksmith`, so the calling crate depends on the
+//! library directly under its own name (the package `redis-locksmith`,
+//! whose library is `locksmith`; do not rename the dependency).
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The blocking API in a program that is not async (a cron job, a build
 //! step): the same lock, guards and errors, no runtime of your own.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --features blocking --example blocking`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --features blocking --example blocking`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The permit semaphore: each permit has an id and a lease, so a crashed
 //! holder's permit comes back by itself.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example expirable_semaphore`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example expirable_semaphore`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The fair lock: waiters are served in the order they asked, across
 //! processes.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example fair_lock`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example fair_lock`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Fencing: a holder whose lease was lost (a long pause) cannot overwrite
 //! the newer holder's data, because the store refuses its older token.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example fenced_write`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example fenced_write`
 
 use std::time::Duration;
 

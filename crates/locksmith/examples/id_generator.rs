@@ -1,6 +1,6 @@
 //! Unique, time-ordered 64-bit ids (order numbers), optionally in blocks.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example id_generator`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example id_generator`
 
 use locksmith::{Client, IdGenerator};
 

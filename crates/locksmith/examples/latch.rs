@@ -1,6 +1,6 @@
 //! The count-down latch: wait until N parties have finished.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example latch`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example latch`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The reentrant lock: one holder at a time across processes, a lease
 //! renewed by the watchdog while held, a fencing token per grant.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example lock`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example lock`
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! MultiLock: a transfer takes both accounts' locks or neither.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example multi_lock`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example multi_lock`
 
 use locksmith::Client;
 

@@ -1,6 +1,6 @@
 //! The read-write lock: readers share, a writer is alone.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example read_write_lock`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example read_write_lock`
 
 use locksmith::Client;
 

@@ -1,6 +1,6 @@
 //! Redlock over independent primaries, held while a majority grants it.
 //!
-//! Run: `REDLOCK_URLS=redis://a:6379,redis://b:6379,redis://c:6379 cargo run -p locksmith --example redlock`
+//! Run: `REDLOCK_URLS=redis://a:6379,redis://b:6379,redis://c:6379 cargo run -p redis-locksmith --example redlock`
 
 use locksmith::RedlockNodes;
 

@@ -1,7 +1,7 @@
 //! The semaphore: at most N holders (here, of a connection pool) across
 //! processes.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example semaphore`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example semaphore`
 
 use locksmith::Client;
 

@@ -2,7 +2,7 @@
 //! release, the pattern redis-py's `Lock` and Redis's documentation use, so
 //! a Python service and a Rust one can share it.
 //!
-//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p locksmith --example simple_lock`
+//! Run: `REDIS_URL=redis://127.0.0.1:6379 cargo run -p redis-locksmith --example simple_lock`
 
 use std::time::Duration;
 

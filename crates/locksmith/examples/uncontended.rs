@@ -5,7 +5,7 @@
 //! across builds.
 //!
 //! ```sh
-//! cargo run --release -p locksmith --example uncontended -- redis://127.0.0.1:6379 64 2000
+//! cargo run --release -p redis-locksmith --example uncontended -- redis://127.0.0.1:6379 64 2000
 //! ```
 
 use std::time::Instant;

@@ -42,8 +42,10 @@
 //!   (Redisson-compatible names), `validate.rs` (input checks) and
 //!   `scripts.rs` (script composition).
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
 mod engine;
@@ -70,20 +72,27 @@ pub use lock::{
 pub use scripts::{script_names, script_source};
 pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 
+/// `#[locked("name {arg}", client = .., wait = "2s")]`: hold a lock for
+/// the body of an async fn (cargo feature `macros`). See
+/// [redis-locksmith-macros](https://docs.rs/redis-locksmith-macros).
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use locksmith_macros::locked;
+
 /// Guides, from the repository's `docs/` folder.
 pub mod guides {
-    #[doc = include_str!("../../../docs/locks.md")]
+    #[doc = include_str!("../docs/locks.md")]
     pub mod locks {}
-    #[doc = include_str!("../../../docs/primitives.md")]
+    #[doc = include_str!("../docs/primitives.md")]
     pub mod primitives {}
-    #[doc = include_str!("../../../docs/safety.md")]
+    #[doc = include_str!("../docs/safety.md")]
     pub mod safety {}
-    #[doc = include_str!("../../../docs/redisson.md")]
+    #[doc = include_str!("../docs/redisson.md")]
     pub mod redisson {}
-    #[doc = include_str!("../../../docs/topologies.md")]
+    #[doc = include_str!("../docs/topologies.md")]
     pub mod topologies {}
-    #[doc = include_str!("../../../docs/performance.md")]
+    #[doc = include_str!("../docs/performance.md")]
     pub mod performance {}
-    #[doc = include_str!("../../../docs/operations.md")]
+    #[doc = include_str!("../docs/operations.md")]
     pub mod operations {}
 }

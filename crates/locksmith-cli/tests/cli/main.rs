@@ -7,15 +7,8 @@ mod common;
 
 mod admin;
 mod bad_input;
-#[cfg(feature = "bench")]
-mod bench_output;
-#[cfg(feature = "bench")]
-mod chaos;
-#[cfg(feature = "bench")]
-mod chaos_alone;
 mod completions;
 mod cron_example;
-mod documented_benches;
 mod ids;
 mod kinds;
 mod latch;

@@ -21,7 +21,7 @@ fn makefile_benches() -> Vec<(String, Vec<String>)> {
                 target = name.to_owned();
             }
         }
-        if let Some((_, args)) = line.split_once("-p locksmith-cli -- ") {
+        if let Some((_, args)) = line.split_once("-p locksmith-lab -- ") {
             let args: Vec<String> = args.split_whitespace().map(str::to_owned).collect();
             if args.first().map(String::as_str) == Some("bench") {
                 found.push((target.clone(), args));
@@ -85,7 +85,7 @@ fn every_bench_the_makefile_names_runs_to_the_end() {
     for (target, args) in runs {
         let args = smoke(&args, &dir);
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        let out = Command::new(env!("CARGO_BIN_EXE_locksmith-lab"))
             .args(&args)
             .stdin(Stdio::null())
             .output()
@@ -95,7 +95,7 @@ fn every_bench_the_makefile_names_runs_to_the_end() {
         assert_eq!(
             out.status.code(),
             Some(0),
-            "make {target} (as `locksmith {}`) failed after {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            "make {target} (as `locksmith-lab {}`) failed after {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             args.join(" "),
             started.elapsed()
         );

@@ -1,4 +1,4 @@
-//! `locksmith bench ... --json FILE --svg FILE`: the numbers as JSON and a
+//! `locksmith-lab bench ... --json FILE --svg FILE`: the numbers as JSON and a
 //! bar chart, from a short run on the bench's own server.
 
 use std::process::Command;
@@ -8,7 +8,7 @@ fn a_run_writes_its_numbers_as_json_and_a_chart() {
     let dir = std::env::temp_dir().join(format!("bench-out-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (json, svg) = (dir.join("ids.json"), dir.join("ids.svg"));
-    let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+    let out = Command::new(env!("CARGO_BIN_EXE_locksmith-lab"))
         .args([
             "bench",
             "--ids",

@@ -1,4 +1,4 @@
-//! `locksmith bench --family`: the Redisson family beside the plain lock,
+//! `locksmith-lab bench --family`: the Redisson family beside the plain lock,
 //! in one run on one server: the fair lock's contended rate, hand-off and
 //! commands per acquisition against the plain lock's; semaphore
 //! acquire+release pairs with `--tasks` tasks sharing 8 permits; and how
@@ -46,7 +46,7 @@ impl Bench {
         println!();
         report(
             &self.args,
-            "locksmith bench --family",
+            "locksmith-lab bench --family",
             &[&plain, &fair, &semaphore],
         )?;
         println!();

@@ -1,4 +1,4 @@
-//! `locksmith bench`: locksmith against rslock and against the bare
+//! `locksmith-lab bench`: locksmith against rslock and against the bare
 //! scripts, in one run on one Redis, with the targets checked
 //! next to the numbers.
 //!
@@ -89,7 +89,7 @@ const LOCK_COMMANDS: [&str; 10] = [
     "wait",
 ];
 
-/// Options of `locksmith bench`.
+/// Options of `locksmith-lab bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BenchArgs {
     /// How long each throughput phase runs.
@@ -309,7 +309,7 @@ impl Bench {
             .trim()
             .to_owned();
         println!(
-            "locksmith bench: Redis {version} at {} ({}), {} tasks, {:?} per phase, {} CPUs",
+            "locksmith-lab bench: Redis {version} at {} ({}), {} tasks, {:?} per phase, {} CPUs",
             self.url,
             if own {
                 "own redis-server"
@@ -350,7 +350,7 @@ impl Bench {
         println!();
         report(
             &self.args,
-            "locksmith bench: lock phases on one Redis",
+            "locksmith-lab bench: lock phases on one Redis",
             &[&raw, &raw_batched, &rs_u, &ls_u, &rs_c, &ls_c],
         )?;
         println!(

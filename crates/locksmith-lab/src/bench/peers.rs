@@ -1,4 +1,4 @@
-//! `locksmith bench --peers`: locksmith beside rslock (Rust) and the two
+//! `locksmith-lab bench --peers`: locksmith beside rslock (Rust) and the two
 //! Python locks people use, redis-py's `Lock` and python-redis-lock, with
 //! the same workloads on the same server in one run: every task its own
 //! key (uncontended), and one key with a GET + SET counter that must come
@@ -62,7 +62,7 @@ impl Bench {
         println!();
         report(
             &self.args,
-            "locksmith bench --peers: lock+release pairs/s on one Redis",
+            "locksmith-lab bench --peers: lock+release pairs/s on one Redis",
             &phases.iter().collect::<Vec<_>>(),
         )?;
         for s in &skipped {

@@ -1,4 +1,4 @@
-//! `locksmith bench --ids`: the id generator in both modes against a plain
+//! `locksmith-lab bench --ids`: the id generator in both modes against a plain
 //! `INCR` loop, side by side in one run: `--tasks` tasks in one client
 //! take ids for `--duration` each.
 
@@ -21,7 +21,7 @@ impl Bench {
         println!();
         report(
             &self.args,
-            "locksmith bench --ids: ids per second",
+            "locksmith-lab bench --ids: ids per second",
             &[&plain, &single, &block],
         )?;
         let ratio = block.rate() / single.rate().max(1e-9);

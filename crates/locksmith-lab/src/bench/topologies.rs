@@ -1,4 +1,4 @@
-//! `locksmith bench --topologies`: locksmith's uncontended, contended and
+//! `locksmith-lab bench --topologies`: locksmith's uncontended, contended and
 //! hand-off phases on a single server, a Sentinel-managed primary and a
 //! 3-primary Redis Cluster, all started here and measured in one run, plus
 //! what replica acknowledgement (`WAIT`) costs.
@@ -93,7 +93,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
             .collect(),
     ];
     println!(
-        "locksmith bench --topologies: {} tasks, {:?} per phase, {} CPUs; replica acknowledgement off unless said",
+        "locksmith-lab bench --topologies: {} tasks, {:?} per phase, {} CPUs; replica acknowledgement off unless said",
         args.tasks,
         args.duration,
         std::thread::available_parallelism().map_or(0, |n| n.get()),

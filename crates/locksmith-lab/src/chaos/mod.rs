@@ -1,4 +1,4 @@
-//! `locksmith chaos`: several worker processes loop acquire -> fenced
+//! `locksmith-lab chaos`: several worker processes loop acquire -> fenced
 //! writes -> release on a few shared names while a nemesis injects
 //! faults, then a checker verifies the recorded history (see
 //! [`checker`] for the rules) and the run's figures are printed and
@@ -68,7 +68,7 @@ pub(crate) enum Topology {
     Redlock,
 }
 
-/// Arguments of `locksmith chaos`.
+/// Arguments of `locksmith-lab chaos`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ChaosArgs {
     /// How long the workers run.
@@ -1025,7 +1025,7 @@ async fn inject(
 
 fn print_report(report: &checker::Report, args: &ChaosArgs, elapsed: Duration) {
     println!(
-        "locksmith chaos: {:?} topology, {:?} locks, {} workers, {} names, lease {:?}, {:.0} s{}",
+        "locksmith-lab chaos: {:?} topology, {:?} locks, {} workers, {} names, lease {:?}, {:.0} s{}",
         args.topology,
         args.kind,
         args.workers,

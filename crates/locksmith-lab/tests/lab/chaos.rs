@@ -32,7 +32,7 @@ pub(super) fn chaos(
         Run::Broken => Box::new(RUNS.read().unwrap_or_else(|e| e.into_inner())),
     };
     let started = Instant::now();
-    let exe = env!("CARGO_BIN_EXE_locksmith");
+    let exe = env!("CARGO_BIN_EXE_locksmith-lab");
     let mut cmd = match run {
         Run::MustPass => Command::new(exe),
         // Below the other tests' priority: several go at once, beside
@@ -50,7 +50,7 @@ pub(super) fn chaos(
         .arg(json)
         .stdin(Stdio::null())
         .output()
-        .expect("run locksmith chaos");
+        .expect("run locksmith-lab chaos");
     assert!(
         started.elapsed() < Duration::from_secs(300),
         "the run is bounded"

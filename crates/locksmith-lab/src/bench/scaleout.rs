@@ -1,4 +1,4 @@
-//! `locksmith bench --redlock` and `--multi`: the scale-out lock shapes
+//! `locksmith-lab bench --redlock` and `--multi`: the scale-out lock shapes
 //! beside the plain lock, on servers started here, side by side in one run.
 //!
 //! - `--redlock`: 5 independent servers. locksmith's lock on one of them,
@@ -30,7 +30,7 @@ pub(super) async fn run_redlock(args: BenchArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start the servers: {e}"))?;
     let urls = servers.urls();
     println!(
-        "locksmith bench --redlock: {NODES} servers, {} tasks, {:?} per phase, {} CPUs",
+        "locksmith-lab bench --redlock: {NODES} servers, {} tasks, {:?} per phase, {} CPUs",
         args.tasks,
         args.duration,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -70,7 +70,7 @@ pub(super) async fn run_redlock(args: BenchArgs) -> Result<(), String> {
     println!("Uncontended (every task its own key), commands summed over all servers:");
     report(
         &args,
-        "locksmith bench --redlock: uncontended pairs/s",
+        "locksmith-lab bench --redlock: uncontended pairs/s",
         &[&single, &ours, &theirs],
     )?;
     println!();
@@ -104,7 +104,7 @@ pub(super) async fn run_multi(args: BenchArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("cannot start the deployments: {e}"))?;
     println!(
-        "locksmith bench --multi: MultiLock of {MULTI_MEMBERS} locks, {} tasks, {:?} per phase, {} CPUs",
+        "locksmith-lab bench --multi: MultiLock of {MULTI_MEMBERS} locks, {} tasks, {:?} per phase, {} CPUs",
         args.tasks,
         args.duration,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -152,7 +152,7 @@ pub(super) async fn run_multi(args: BenchArgs) -> Result<(), String> {
     println!("Uncontended acquire+release pairs/s (every task its own locks), commands summed over primaries:");
     report(
         &args,
-        "locksmith bench --multi: uncontended pairs/s",
+        "locksmith-lab bench --multi: uncontended pairs/s",
         &phases.iter().collect::<Vec<_>>(),
     )?;
     println!();

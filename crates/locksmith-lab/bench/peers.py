@@ -1,4 +1,4 @@
-"""Python peers for `locksmith bench --peers`: redis-py's Lock and
+"""Python peers for `locksmith-lab bench --peers`: redis-py's Lock and
 python-redis-lock, run the way a Python service would (one client, one
 thread per task), with the same workloads as the Rust contenders.
 

@@ -15,7 +15,7 @@ use locksmith::{
 
 use super::history::{now, Event, Mode, ReleaseOutcome, WriteOutcome, CANCELLED};
 
-/// Arguments of the hidden `locksmith chaos-worker` command.
+/// Arguments of the hidden `locksmith-lab chaos-worker` command.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WorkerArgs {
     /// Lock server URL (through this worker's fault proxy).
