@@ -13,6 +13,7 @@ lint: setup
 	$(CARGO) clippy -p seckill --lib --bins -- -D warnings
 	./scripts/check-lean-service
 	./scripts/check-msrv
+	./scripts/check-features
 	$(CARGO) publish --workspace --dry-run --locked --allow-dirty
 
 # Formatting first (instant), then scripts/run-tests: every test binary
@@ -25,7 +26,8 @@ lint: setup
 # CPU the waiting tests leave. See docs/contributing.md.
 # The workspace pass lints locksmith with `blocking` and seckill with
 # `demo` (their tests turn them on); the seckill pass lints both without.
-# check-msrv: no locked dependency of a published crate needs a newer Rust
+# check-features: the library builds with no default features and with
+# each feature alone. check-msrv: no locked dependency of a published crate needs a newer Rust
 # than our rust-version. The publish dry run packages the published crates
 # and builds each from its packaged files (the library, the macros, the
 # CLI; the test kit, the lab and the service are not published).
@@ -38,6 +40,7 @@ test: setup
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
 	  --lane './scripts/check-lean-service' \
 	  --lane './scripts/check-msrv' \
+	  --lane './scripts/check-features' \
 	  --lane '$(CARGO) publish --workspace --dry-run --locked --allow-dirty' \
 	  --lane '$(CARGO) test -p redis-locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) test --workspace --doc'

@@ -567,7 +567,9 @@ impl ClientBuilder {
         };
         let source = match (&address, &conn) {
             (Address::Single(url), _) => Source::Single(security.client(url)?, security.clone()),
+            #[cfg(feature = "sentinel")]
             (_, Conn::Sentinel(sentinel)) => Source::Sentinel(sentinel.clone()),
+            #[cfg(feature = "cluster")]
             (Address::Cluster { seeds }, _) => Source::Cluster {
                 seeds: seeds.clone(),
                 timing,
@@ -606,7 +608,9 @@ impl ClientBuilder {
                 labels: Mutex::new(Vec::new()),
                 topology: match conn {
                     Conn::Single(_) => Topology::Single,
+                    #[cfg(feature = "sentinel")]
                     Conn::Sentinel(_) => Topology::Sentinel,
+                    #[cfg(feature = "cluster")]
                     Conn::Cluster(_) => Topology::Cluster,
                 },
                 notify,

@@ -78,11 +78,15 @@ use redis::{FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::engine::conn::Acks;
+#[cfg(feature = "cluster")]
 use crate::engine::nodes;
 use crate::engine::scripts::Lua;
+use crate::engine::slot;
+use crate::engine::slot::Slot;
 use crate::engine::task::Tasks;
-use crate::engine::topology::{ClusterConn, Conn, Destination};
-use redis::cluster_routing::Slot;
+#[cfg(feature = "cluster")]
+use crate::engine::topology::ClusterConn;
+use crate::engine::topology::{Conn, Destination};
 
 /// Calls one batcher keeps outstanding before it holds requests back to
 /// grow the next batch (one server, or Sentinel's primary): two, so the
@@ -641,11 +645,12 @@ impl Shared {
     /// cluster runs it ([`Shared::send_across`]), else as one call per slot,
     /// pipelined.
     async fn send_by_slot(self: &Arc<Self>, batch: Vec<Request>) {
-        let mut by_slot = nodes::by_slot(batch, |request| request.call.first_key());
+        let mut by_slot = slot::by_slot(batch, |request| request.call.first_key());
         if by_slot.len() == 1 {
             let (_, batch) = by_slot.remove(0);
             return self.send_one(batch).await;
         }
+        #[cfg(feature = "cluster")]
         if let (Some(across), Some(cluster)) = (self.script.across(), self.conn.cluster()) {
             if cluster.crosses_slots(across).await {
                 return self.send_across(across, cluster, by_slot).await;
@@ -685,6 +690,7 @@ impl Shared {
     /// so does the whole batch if the node proved the call did not run.
     /// Those go from a task of their own, so that the node's queue, which
     /// keeps one call out, is not held up by a slot being migrated.
+    #[cfg(feature = "cluster")]
     async fn send_across(
         self: &Arc<Self>,
         across: &Lua,
@@ -722,7 +728,7 @@ impl Shared {
         if !again.is_empty() {
             let shared = self.clone();
             self.tasks.spawn(async move {
-                let by_slot = nodes::by_slot(again, |request| request.call.first_key());
+                let by_slot = slot::by_slot(again, |request| request.call.first_key());
                 shared.send_pipelined(by_slot).await;
             });
         }
@@ -820,6 +826,7 @@ fn not_run(reply: &Value) -> bool {
 /// then each slot's probe key and request count, then how many slots
 /// there are. `None` if a slot has no probe key (the table covers every
 /// slot, see `nodes::Across`).
+#[cfg(feature = "cluster")]
 fn across_command(
     across: &Lua,
     probes: &nodes::Probes,

@@ -43,11 +43,13 @@ pub enum NotifyMode {
 
 impl NotifyMode {
     /// Whether classic pub/sub is used.
+    #[cfg(feature = "cluster")]
     pub(crate) fn classic(self) -> bool {
         matches!(self, NotifyMode::Classic | NotifyMode::Both)
     }
 
     /// Whether sharded pub/sub is used.
+    #[cfg(feature = "cluster")]
     pub(crate) fn sharded(self) -> bool {
         matches!(self, NotifyMode::Sharded | NotifyMode::Both)
     }

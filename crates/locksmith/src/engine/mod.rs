@@ -15,12 +15,14 @@ pub(crate) mod held;
 pub(crate) mod hold;
 pub(crate) mod keys;
 pub(crate) mod lease;
+#[cfg(feature = "cluster")]
 pub(crate) mod nodes;
 pub(crate) mod notify;
 pub(crate) mod observe;
 pub(crate) mod renewal;
 pub(crate) mod scripts;
 pub(crate) mod security;
+pub(crate) mod slot;
 pub(crate) mod subscriber;
 pub(crate) mod task;
 pub(crate) mod topology;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
+use crate::engine::slot::Slot;
 use redis::Value;
 use tokio::time::Instant;
 
@@ -193,21 +193,6 @@ fn probe_keys(prefix: &str) -> Arc<Probes> {
     probes
 }
 
-/// `items` split by the slot of each one's key: the slots in the order
-/// they first appear, each with its items in their order (a batch sent as
-/// one call per slot).
-pub(crate) fn by_slot<T>(items: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<(Slot, Vec<T>)> {
-    let mut groups: Vec<(Slot, Vec<T>)> = Vec::new();
-    for item in items {
-        let slot = Slot::for_key(key(&item));
-        match groups.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, same)) => same.push(item),
-            None => groups.push((slot, vec![item])),
-        }
-    }
-    groups
-}
-
 /// Reads a `CLUSTER SLOTS` reply: `[[start, end, [host, port, ...],
 /// replicas...], ...]`.
 fn parse(reply: Value) -> Option<View> {
@@ -280,16 +265,6 @@ mod tests {
         let plain = probe_keys("");
         assert!(plain.values().all(|k| k.starts_with("{locksmith-probe-")));
         eprintln!("probe keys made in {took:?}");
-    }
-
-    #[test]
-    fn splits_by_slot_in_order() {
-        let groups = by_slot(vec!["{a}1", "{b}1", "{a}2", "{b}2", "{c}"], |k| k);
-        let keys: Vec<Vec<&str>> = groups.into_iter().map(|(_, g)| g).collect();
-        assert_eq!(
-            keys,
-            [vec!["{a}1", "{a}2"], vec!["{b}1", "{b}2"], vec!["{c}"]]
-        );
     }
 
     #[test]

@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
+use crate::engine::slot::Slot;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::engine::conn::Acks;
 use crate::engine::lease::LeaseState;
-use crate::engine::nodes;
 use crate::engine::scripts::Lua;
+use crate::engine::slot;
 use crate::engine::task::TaskSlot;
 use crate::engine::topology::Conn;
 
@@ -452,7 +452,7 @@ async fn renew_batch(shared: Weak<Shared>, conn: Conn, acks: Acks, batch: Vec<Du
     // A group shares one script.
     let script = batch[0].script;
     let by_slot = if conn.is_cluster() {
-        nodes::by_slot(batch, |due| &due.key)
+        slot::by_slot(batch, |due| &due.key)
     } else {
         // One server: one call, whatever the slots.
         let slot = Slot::for_key(&*batch[0].key);

@@ -11,11 +11,15 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
+use crate::engine::slot::Slot;
+use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
+#[cfg(feature = "cluster")]
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::engine::conn::Acks;
-use crate::engine::topology::{did_not_run, ClusterConn, Conn};
+use crate::engine::topology::Conn;
+#[cfg(feature = "cluster")]
+use crate::engine::topology::{did_not_run, ClusterConn};
 
 /// `next_token(key)`: the fencing-token helper every script starts with.
 pub(crate) const TOKEN: &str = include_str!("token.lua");
@@ -146,6 +150,7 @@ impl Lua {
     /// 7 or later ([`ClusterConn::crosses_slots`]).
     ///
     /// [`ClusterConn::crosses_slots`]: crate::engine::topology::ClusterConn::crosses_slots
+    #[cfg(feature = "cluster")]
     pub(crate) fn across(&self) -> Option<&Lua> {
         self.across.as_deref()
     }
@@ -193,11 +198,7 @@ impl Lua {
         loop {
             let reply = self.run_once(conn, cmd, acks).await;
             match &reply {
-                Err(e)
-                    if conn.is_cluster()
-                        && started.elapsed() + pause <= RUN_PATIENCE
-                        && did_not_run(e) =>
-                {
+                Err(e) if started.elapsed() + pause <= RUN_PATIENCE && conn.proves_not_run(e) => {
                     tracing::debug!(error = %e, "the cluster did not run the call; sending it again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RUN_PAUSE_MAX);
@@ -259,14 +260,27 @@ impl Lua {
         calls: Vec<(Slot, Cmd)>,
         acks: Acks,
     ) -> Vec<Answer> {
-        let Some(cluster) = conn.cluster() else {
-            // Not a cluster: nothing to group.
-            let mut results = Vec::with_capacity(calls.len());
-            for (_, cmd) in &calls {
-                results.push(self.run(conn, cmd, acks).await);
-            }
-            return results;
-        };
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = conn.cluster() {
+            return self.run_pipelined_at(cluster, conn, calls, acks).await;
+        }
+        // Not a cluster: nothing to group.
+        let mut results = Vec::with_capacity(calls.len());
+        for (_, cmd) in &calls {
+            results.push(self.run(conn, cmd, acks).await);
+        }
+        results
+    }
+
+    /// [`Lua::run_pipelined`] on a cluster.
+    #[cfg(feature = "cluster")]
+    async fn run_pipelined_at(
+        &self,
+        cluster: &ClusterConn,
+        conn: &Conn,
+        calls: Vec<(Slot, Cmd)>,
+        acks: Acks,
+    ) -> Vec<Answer> {
         let Some(&(first, _)) = calls.first() else {
             return Vec::new();
         };
@@ -326,6 +340,7 @@ impl Lua {
     /// the node proves the call did not run (a refused round trip, a node
     /// failing over, `NOSCRIPT`: the script is then loaded for the next
     /// call): the caller sends its requests another way.
+    #[cfg(feature = "cluster")]
     pub(crate) async fn run_at(
         &self,
         cluster: &ClusterConn,
@@ -380,6 +395,7 @@ impl Lua {
 /// replicas acknowledged: a `WAIT` that failed counts none, so the callers
 /// treat their writes as not acknowledged. An error of the whole round
 /// trip comes back as `Err`.
+#[cfg(feature = "cluster")]
 async fn to_node<'a>(
     cluster: &ClusterConn,
     slot: Slot,
@@ -416,6 +432,7 @@ async fn to_node<'a>(
 
 /// True for the errors Redis answers before running a flagged script
 /// (`#!lua flags=...`) that may write: it did not run.
+#[cfg(feature = "cluster")]
 fn refused_up_front(e: &RedisError) -> bool {
     matches!(e.code(), Some("OOM" | "MISCONF" | "NOREPLICAS"))
 }
@@ -491,9 +508,11 @@ mod tests {
         assert_eq!(lua.source().matches("local function announce").count(), 1);
         assert!(lua.source().ends_with("return 1"));
         assert_eq!(lua.name(), "x");
+        #[cfg(feature = "cluster")]
         assert!(lua.across().is_none());
     }
 
+    #[cfg(feature = "cluster")]
     #[test]
     fn a_batch_script_has_a_cross_slot_variant() {
         let lua = Lua::compose("x", &[BATCH, ANNOUNCE], "return 1").once();

@@ -10,14 +10,21 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "tls")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
-use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
+use redis::IntoConnectionInfo;
+#[cfg(all(feature = "tls", any(feature = "cluster", feature = "sentinel")))]
+use redis::TlsMode;
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, TlsCertificates};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -188,6 +195,7 @@ impl fmt::Debug for Credentials {
 pub(crate) struct Security {
     /// CA and client certificate, read from their files; `None` when
     /// neither was given (the system's roots check the server).
+    #[cfg(feature = "tls")]
     certs: Option<TlsCertificates>,
     /// Certificates are not checked.
     insecure: bool,
@@ -197,9 +205,10 @@ pub(crate) struct Security {
 
 impl fmt::Debug for Security {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Security")
-            .field("certs", &self.certs.is_some())
-            .field("insecure", &self.insecure)
+        let mut out = f.debug_struct("Security");
+        #[cfg(feature = "tls")]
+        out.field("certs", &self.certs.is_some());
+        out.field("insecure", &self.insecure)
             .field("rotating", &self.rotation.is_some())
             .finish()
     }
@@ -214,6 +223,23 @@ impl Security {
     /// holds no PEM certificate (or key), and for a client certificate
     /// without TLS.
     pub(crate) fn load(options: &TlsOptions, tls: bool) -> Result<Security> {
+        #[cfg(not(feature = "tls"))]
+        {
+            if tls || options.wanted() {
+                return Err(Error::invalid(
+                    "TLS needs redis-locksmith's `tls` cargo feature, which this build leaves out \
+                     (redis-locksmith = { version = \"0.1\", features = [\"tls\"] })",
+                ));
+            }
+            Ok(Security::default())
+        }
+        #[cfg(feature = "tls")]
+        Security::load_tls(options, tls)
+    }
+
+    /// [`Security::load`] in a build with TLS.
+    #[cfg(feature = "tls")]
+    fn load_tls(options: &TlsOptions, tls: bool) -> Result<Security> {
         if tls {
             ensure_crypto_provider();
         }
@@ -246,11 +272,13 @@ impl Security {
     }
 
     /// True when the credentials rotate.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn rotates(&self) -> bool {
         self.rotation.is_some()
     }
 
     /// The latest rotating credentials, if they rotate.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn current_credentials(&self) -> Option<Credentials> {
         self.rotation.as_ref().map(Rotation::current)
     }
@@ -282,12 +310,12 @@ impl Security {
             settings = settings.set_password(p);
         }
         let info = info.set_redis_settings(settings);
-        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
-        match (&self.certs, tls) {
-            (Some(certs), true) => redis::Client::build_with_tls(info, certs.clone())
-                .map_err(|e| Error::invalid(format!("TLS certificates: {e}"))),
-            _ => redis::Client::open(info).map_err(|e| Error::invalid(e.to_string())),
+        #[cfg(feature = "tls")]
+        if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&self.certs, info.addr()) {
+            return redis::Client::build_with_tls(info, certs.clone())
+                .map_err(|e| Error::invalid(format!("TLS certificates: {e}")));
         }
+        redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))
     }
 
     /// A redis-rs client for one server's URL (`redis://` or `rediss://`),
@@ -301,15 +329,13 @@ impl Security {
             |e: redis::RedisError| Error::invalid(format!("bad Redis URL {:?}: {e}", redact(url)));
         let url = self.with_mode(url);
         let info = url.as_str().into_connection_info().map_err(bad)?;
-        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return redis::Client::open(info).map_err(bad);
-        }
-        match &self.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone()).map_err(|e| {
+        #[cfg(feature = "tls")]
+        if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&self.certs, info.addr()) {
+            return redis::Client::build_with_tls(info, certs.clone()).map_err(|e| {
                 Error::invalid(format!("TLS certificates for {:?}: {e}", redact(&url)))
-            }),
-            None => redis::Client::open(info).map_err(bad),
+            });
         }
+        redis::Client::open(info).map_err(bad)
     }
 
     /// A `rediss://` URL in insecure mode carries redis-rs's `#insecure`.
@@ -323,6 +349,7 @@ impl Security {
 
     /// The TLS settings of a cluster connection whose seeds are
     /// `rediss://` (every node the cluster names gets the same).
+    #[cfg(feature = "cluster")]
     pub(crate) fn cluster(
         &self,
         mut builder: ClusterClientBuilder,
@@ -331,24 +358,43 @@ impl Security {
         if let Some(rotation) = &self.rotation {
             builder = builder.set_credentials_provider(rotation.clone());
         }
-        if !tls {
-            return builder;
+        #[cfg(feature = "tls")]
+        if tls {
+            if let Some(certs) = &self.certs {
+                builder = builder.certs(certs.clone());
+            }
+            builder = builder.tls(self.mode());
         }
-        if let Some(certs) = &self.certs {
-            builder = builder.certs(certs.clone());
-        }
-        builder.tls(self.mode())
+        // A TLS seed list in a build without TLS never gets this far
+        // (`Address::parse` refuses it).
+        #[cfg(not(feature = "tls"))]
+        let _ = tls;
+        builder
     }
 
     /// The TLS settings of the Sentinels' and the data nodes' connections.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn sentinel(
         &self,
-        mut builder: redis::sentinel::SentinelClientBuilder,
+        builder: redis::sentinel::SentinelClientBuilder,
         tls: bool,
     ) -> redis::sentinel::SentinelClientBuilder {
-        if !tls {
-            return builder;
+        #[cfg(feature = "tls")]
+        if tls {
+            return self.sentinel_tls(builder);
         }
+        // A TLS Sentinel address in a build without TLS never gets this
+        // far (`Address::parse` refuses it).
+        let _ = tls;
+        builder
+    }
+
+    /// [`Security::sentinel`] for TLS connections.
+    #[cfg(all(feature = "sentinel", feature = "tls"))]
+    fn sentinel_tls(
+        &self,
+        mut builder: redis::sentinel::SentinelClientBuilder,
+    ) -> redis::sentinel::SentinelClientBuilder {
         builder = builder
             .set_client_to_sentinel_tls_mode(self.mode())
             .set_client_to_redis_tls_mode(self.mode());
@@ -360,6 +406,7 @@ impl Security {
         builder
     }
 
+    #[cfg(all(feature = "tls", any(feature = "cluster", feature = "sentinel")))]
     fn mode(&self) -> TlsMode {
         if self.insecure {
             TlsMode::Insecure
@@ -390,6 +437,7 @@ pub(crate) fn redact(url: &str) -> String {
 /// application that also enables rustls's aws-lc-rs) none is picked: then,
 /// and only then, ring is installed. A client without TLS installs nothing,
 /// and a provider the application installed first is kept.
+#[cfg(feature = "tls")]
 fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Another thread may install one first: theirs is kept.
@@ -403,6 +451,7 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
 }
 
 /// The contents of a PEM file that must hold at least one `what` block.
+#[cfg(feature = "tls")]
 fn read_pem(path: &Path, role: &str, what: &str) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid(format!("cannot read the {role} {}: {e}", path.display())))?;
@@ -427,6 +476,7 @@ fn read_pem(path: &Path, role: &str, what: &str) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "tls")]
     #[test]
     fn unreadable_and_empty_files_are_named() {
         let options = TlsOptions {
@@ -450,6 +500,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn insecure_mode_marks_tls_urls_only() {
         let s = Security {

@@ -15,21 +15,32 @@
 
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
-use redis::{PushInfo, PushKind, RedisResult, Value};
-use tokio::sync::{mpsc, watch};
+#[cfg(feature = "cluster")]
+use redis::{PushInfo, PushKind};
+use redis::{RedisResult, Value};
+#[cfg(feature = "cluster")]
+use tokio::sync::mpsc;
+use tokio::sync::watch;
 
+#[cfg(feature = "cluster")]
 use crate::engine::conn::{NotifyMode, Timing};
 use crate::engine::security::Security;
-use crate::engine::topology::{cluster_client, SentinelConn};
+#[cfg(feature = "cluster")]
+use crate::engine::topology::cluster_client;
+#[cfg(feature = "sentinel")]
+use crate::engine::topology::SentinelConn;
 
 /// Where the hub's connection goes.
 #[derive(Clone)]
 pub(crate) enum Source {
     /// One server, and how its connections authenticate.
     Single(redis::Client, Security),
+    #[cfg(feature = "sentinel")]
     /// The current primary of a Sentinel-managed group.
     Sentinel(SentinelConn),
+    #[cfg(feature = "cluster")]
     /// A cluster, with the notification mode the client uses there.
     Cluster {
         seeds: Vec<String>,
@@ -43,13 +54,17 @@ impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Single(..) => f.write_str("Source::Single"),
+            #[cfg(feature = "sentinel")]
             Source::Sentinel(_) => f.write_str("Source::Sentinel"),
+            #[cfg(feature = "cluster")]
             Source::Cluster { mode, .. } => write!(f, "Source::Cluster({mode:?})"),
         }
     }
 }
 
 /// What the connection reports.
+// Only the cluster connection reports the middle three.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) enum Event {
     /// A message arrived on this channel, with this payload.
     Message(String, Vec<u8>),
@@ -76,6 +91,7 @@ pub(crate) enum Subscriber {
         stream: PubSubStream,
         epochs: Option<watch::Receiver<u64>>,
     },
+    #[cfg(feature = "cluster")]
     /// RESP3 cluster connection; pushes arrive on `pushes`.
     Cluster {
         conn: ClusterConnection,
@@ -99,6 +115,7 @@ impl Subscriber {
                     epochs: None,
                 })
             }
+            #[cfg(feature = "sentinel")]
             Source::Sentinel(sentinel) => {
                 // Watch from before asking, so a switch during the ask is
                 // not missed.
@@ -116,6 +133,7 @@ impl Subscriber {
                     epochs: Some(epochs),
                 })
             }
+            #[cfg(feature = "cluster")]
             Source::Cluster {
                 seeds,
                 timing,
@@ -139,6 +157,7 @@ impl Subscriber {
     pub(crate) async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
         match self {
             Subscriber::Plain { sink, .. } => sink.subscribe(channels).await,
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster { conn, mode, .. } => {
                 // One at a time: channels of different slots may live on
                 // different nodes, and SSUBSCRIBE takes one slot per call.
@@ -159,6 +178,7 @@ impl Subscriber {
     pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Subscriber::Plain { sink, .. } => sink.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster { conn, mode, .. } => {
                 if mode.classic() {
                     conn.unsubscribe(channel).await?;
@@ -175,6 +195,7 @@ impl Subscriber {
     pub(crate) async fn ping(&mut self) -> RedisResult<()> {
         match self {
             Subscriber::Plain { sink, .. } => sink.ping::<Value>().await.map(drop),
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster { conn, .. } => redis::cmd("PING")
                 .query_async::<Value>(conn)
                 .await
@@ -205,6 +226,7 @@ impl Subscriber {
                     () = switched => Event::Closed,
                 }
             }
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster { pushes, .. } => loop {
                 let Some(push) = pushes.recv().await else {
                     return Event::Closed;

@@ -1,0 +1,257 @@
+//! The checks and questions of a first connection: is the deployment what
+//! the URL says, which server answers, can replicas acknowledge writes,
+//! does the server have sharded pub/sub, which major version it runs.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::engine::conn::Acks;
+
+use crate::engine::topology::{Address, Conn};
+use crate::error::{Error, Result};
+
+/// Turns a failed first connection into an error that says what to fix.
+pub(crate) fn explain_connect(address: &Address, err: Error) -> Error {
+    let Error::Connect { addr, source } = err else {
+        return err;
+    };
+    let text = source.to_string();
+    if matches!(address, Address::Cluster { .. })
+        && (text.contains("cluster support disabled") || text.contains("ERR This instance"))
+    {
+        return Error::invalid(format!(
+            "{addr} is a standalone server, not a cluster node: use redis://host:port for it"
+        ));
+    }
+    Error::Connect { addr, source }
+}
+
+/// Checks that the deployment is what the URL says and is usable: a
+/// `redis://` URL must not point at a cluster node (every command would be
+/// redirected), and a cluster must serve all of its slots.
+pub(crate) async fn check_deployment(address: &Address, conn: &Conn) -> Result<()> {
+    let describe = address.describe();
+    let cluster = matches!(address, Address::Cluster { .. });
+    // CLUSTER INFO on a cluster (one node answers), INFO cluster elsewhere.
+    let mut query = if cluster {
+        redis::cmd("CLUSTER")
+    } else {
+        redis::cmd("INFO")
+    };
+    query.arg(if cluster { "INFO" } else { "cluster" });
+    let text: String = query
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|source| Error::Connect {
+            addr: describe.clone(),
+            source,
+        })?;
+    let field = |name: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    if cluster {
+        let (assigned, state) = (field("cluster_slots_assigned"), field("cluster_state"));
+        if assigned != "16384" || state != "ok" {
+            return Err(Error::invalid(format!(
+                "{describe}: the cluster serves {assigned} of 16384 slots (state {state}); assign every slot (redis-cli --cluster fix) before using it"
+            )));
+        }
+    } else if field("cluster_enabled") == "1" {
+        return Err(Error::invalid(format!(
+            "{describe} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] for it"
+        )));
+    }
+    Ok(())
+}
+
+/// Which server (or cluster) `conn` reaches, whatever address named it:
+/// the server's `run_id` (one server, or the primary a Sentinel group
+/// named at connect), or for a cluster the smallest node id of its nodes.
+/// Two clients that answer the same id talk to the same data, however
+/// their URLs differ (`localhost` and `127.0.0.1`, two DNS names).
+pub(crate) async fn server_identity(address: &Address, conn: &Conn) -> Result<String> {
+    let describe = address.describe();
+    let fail = |source: redis::RedisError| Error::Connect {
+        addr: describe.clone(),
+        source,
+    };
+    let (cmd, arg) = match address {
+        Address::Cluster { .. } => ("CLUSTER", "NODES"),
+        _ => ("INFO", "server"),
+    };
+    let text: String = redis::cmd(cmd)
+        .arg(arg)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(fail)?;
+    if matches!(address, Address::Cluster { .. }) {
+        let smallest = text
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .min()
+            .unwrap_or_default();
+        return Ok(format!("cluster:{smallest}"));
+    }
+    let run_id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(str::trim)
+        .unwrap_or_default();
+    Ok(format!("server:{run_id}"))
+}
+
+/// Resolves the replica acknowledgement policy against the deployment:
+/// the fewest replicas any primary has (`connected_slaves`) decides the
+/// default, and caps what may be asked for.
+pub(crate) async fn replica_acks(
+    address: &Address,
+    conn: &Conn,
+    wanted: Option<Acks>,
+    command_timeout: Duration,
+) -> Result<(Acks, Option<String>)> {
+    let acks = replica_acks_wanted(address, conn, wanted, command_timeout).await?;
+    if acks.min == 0 {
+        return Ok((acks, None));
+    }
+    // Proxies, serverless offerings and ACL users may refuse WAIT
+    // (renamed away, "unknown command", NOPERM). `WAIT 0 0` answers at
+    // once where it is allowed.
+    let mut probe = conn.clone();
+    let refused = match redis::cmd("WAIT")
+        .arg(0)
+        .arg(0)
+        .query_async::<Value>(&mut probe)
+        .await
+    {
+        Ok(_) => return Ok((acks, None)),
+        Err(e) if is_refusal(&e) => e,
+        Err(e) => return Err(Error::Redis(e)),
+    };
+    if wanted.is_some() {
+        return Err(Error::invalid(format!(
+            "replica_acks needs the WAIT command, which {} refuses ({refused}): allow WAIT, or pass 0 to turn acknowledgement off",
+            address.describe()
+        )));
+    }
+    let note = format!(
+        "replica acknowledgement is off: {} refuses WAIT ({refused})",
+        address.describe()
+    );
+    tracing::warn!(addr = %address.describe(), error = %refused, "replica acknowledgement turned off: the server refuses WAIT");
+    metrics::counter!("locksmith_capability_missing_total", "capability" => "wait").increment(1);
+    Ok((Acks::default(), Some(note)))
+}
+
+/// True unless the deployment refuses sharded pub/sub (a proxy that does
+/// not know `SPUBLISH`, an ACL user without the right).
+pub(crate) async fn sharded_pubsub(conn: &Conn) -> bool {
+    // SPUBLISH is routed to the one node of its channel's slot, whose
+    // answer comes back as it is (nobody listens to the probe channel).
+    let mut probe = conn.clone();
+    !matches!(
+        redis::cmd("SPUBLISH")
+            .arg("redisson_locksmith_probe")
+            .arg("")
+            .query_async::<Value>(&mut probe)
+            .await,
+        Err(e) if is_refusal(&e)
+    )
+}
+
+/// True when the server refuses a command outright (unknown, renamed
+/// away, or not permitted to this user): nothing ran.
+fn is_refusal(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    e.code() == Some("NOPERM")
+        || text.contains("unknown command")
+        || text.contains("not allowed")
+        || text.contains("cannot be used")
+}
+
+/// The acknowledgement the options and the deployment ask for, before
+/// checking that the server takes `WAIT`.
+async fn replica_acks_wanted(
+    address: &Address,
+    conn: &Conn,
+    wanted: Option<Acks>,
+    command_timeout: Duration,
+) -> Result<Acks> {
+    if wanted.is_some_and(|a| a.min == 0) {
+        return Ok(Acks::default());
+    }
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    let texts: Vec<String> = match reply {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .filter_map(|(_, v)| redis::from_redis_value(v).ok())
+            .collect(),
+        other => vec![redis::from_redis_value(other).unwrap_or_default()],
+    };
+    let replicas = texts
+        .iter()
+        .map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        })
+        .min()
+        .unwrap_or(0);
+    match wanted {
+        // WAIT travels with the call it follows, so it must leave that
+        // call room within the command timeout.
+        None if replicas > 0 => Ok(Acks {
+            min: 1,
+            timeout: crate::engine::conn::DEFAULT_ACK_TIMEOUT.min(command_timeout / 2),
+        }),
+        None => Ok(Acks::default()),
+        Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {
+            Err(Error::invalid(format!(
+                "replica_acks timeout must be at least 1 ms and shorter than the command timeout ({command_timeout:?}), got {:?}",
+                acks.timeout
+            )))
+        }
+        Some(acks) if acks.min > replicas => Err(Error::invalid(format!(
+            "replica_acks asks for {} acknowledgement(s) but {} has {replicas} connected replica(s){}: lower the minimum, or pass 0 to turn acknowledgement off",
+            acks.min,
+            address.describe(),
+            if matches!(address, Address::Cluster { .. }) { " on its smallest shard" } else { "" },
+        ))),
+        Some(acks) => Ok(acks),
+    }
+}
+
+/// The text of an `INFO` reply; on a cluster, where redis-rs asks every
+/// primary and answers with a map by node, the first node's.
+fn info_text(reply: Value) -> String {
+    let value = match reply {
+        Value::Map(mut nodes) if !nodes.is_empty() => nodes.swap_remove(0).1,
+        other => other,
+    };
+    redis::from_redis_value::<String>(value).unwrap_or_default()
+}
+
+/// The major version of the server `conn` reaches (a random node on a
+/// cluster; the nodes of one cluster run one version).
+pub(crate) async fn server_major_version(conn: &Conn) -> Result<u32> {
+    let mut conn = conn.clone();
+    let reply: Value = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::Redis)?;
+    Ok(info_text(reply)
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok())
+        .unwrap_or(0))
+}
