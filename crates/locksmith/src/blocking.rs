@@ -315,6 +315,17 @@ impl<G: Release> Owned<G> {
         self.guard.as_ref()
     }
 
+    /// Runs `call` on the guard on the client's runtime.
+    fn with<'a, F: Future<Output = Result<()>>>(
+        &'a self,
+        call: impl FnOnce(&'a G) -> F,
+    ) -> Result<()> {
+        match &self.guard {
+            Some(guard) => self.client.block_on(call(guard)),
+            None => Err(Error::internal("the guard was already released")),
+        }
+    }
+
     fn release(mut self) -> Result<()> {
         match self.guard.take() {
             Some(guard) => self.client.block_on(guard.release()),
@@ -456,6 +467,14 @@ impl LockGuard {
     /// True once the lease is known or assumed lost.
     pub fn is_lost(&self) -> bool {
         self.inner.get().is_none_or(crate::LockGuard::is_lost)
+    }
+
+    /// Moves a fixed lease's end forward to `lease` from now.
+    ///
+    /// # Errors
+    /// As [`crate::LockGuard::extend`].
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        self.inner.with(|guard| guard.extend(lease))
     }
 
     /// Releases the hold and waits for the answer.
@@ -748,6 +767,14 @@ impl Permit {
     /// True once the lease is known or assumed lost.
     pub fn is_lost(&self) -> bool {
         self.inner.get().is_none_or(crate::Permit::is_lost)
+    }
+
+    /// Moves a fixed lease's end forward to `lease` from now.
+    ///
+    /// # Errors
+    /// As [`crate::Permit::extend`].
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        self.inner.with(|permit| permit.extend(lease))
     }
 
     /// Gives the permit back and waits for the answer.

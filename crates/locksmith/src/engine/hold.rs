@@ -93,6 +93,26 @@ impl HoldState {
         self.count > 0 && episode.is_none_or(|e| e == self.episode)
     }
 
+    /// Moves the lease end of the hold of `episode` forward (see
+    /// [`Registration::extend`]): `Ok(false)` when this owner no longer
+    /// holds that episode, or the server no longer shows it.
+    pub(crate) async fn extend(
+        &self,
+        episode: u64,
+        client: &crate::Client,
+        lease: Duration,
+    ) -> Result<bool> {
+        match &self.registration {
+            Some(registration) if self.is_episode(Some(episode)) => {
+                registration.extend(client, lease).await
+            }
+            _ => {
+                crate::engine::validate::lease(lease)?;
+                Ok(false)
+            }
+        }
+    }
+
     /// Before undoing a grant whose reply was never read: the undo's
     /// release must not take a receipt of an earlier episode for its own
     /// (episode 0 matches no receipt but the undo's own).

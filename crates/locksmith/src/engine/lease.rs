@@ -58,6 +58,13 @@ impl LeaseState {
         self.set(|old| old.min(valid_until(sent_at, lease)));
     }
 
+    /// Records that a command sent at `sent_at` moved the lease's end to
+    /// at least `lease` from then, keeping a later end: the deadline can
+    /// only move later.
+    pub(crate) fn extended(&self, sent_at: Instant, lease: Duration) {
+        self.set(|old| old.max(valid_until(sent_at, lease)));
+    }
+
     fn set(&self, f: impl FnOnce(Instant) -> Instant) {
         if self.is_lost() {
             return;

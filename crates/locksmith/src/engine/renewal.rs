@@ -24,6 +24,7 @@ use crate::engine::scripts::Lua;
 use crate::engine::slot;
 use crate::engine::task::TaskSlot;
 use crate::engine::topology::Conn;
+use crate::error::{Error, Result};
 
 /// Most keys sent in one renewal call, so a huge batch does not block the
 /// server for long.
@@ -173,6 +174,80 @@ impl Registration {
         self.update(|entry| {
             entry.next_renewal = entry.next_renewal.min(sent_at + lease / 3);
         });
+    }
+
+    /// Moves a fixed lease's end forward: to `lease` from now, unless the
+    /// server's end is later already (the kinds' renewal scripts never
+    /// shorten a lease). Answers `Ok(false)` when the server no longer
+    /// shows the hold (then marked lost here), an error when Redis did not
+    /// confirm the call (then nothing changes locally: the lease view
+    /// stays as it was, never later than the server's end).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a hold the watchdog renews (its
+    /// lease is kept by the watchdog, not moved by hand), or a bad
+    /// `lease`; [`Error::Closed`] once the client closed; Redis errors.
+    pub(crate) async fn extend(&self, client: &crate::Client, lease: Duration) -> Result<bool> {
+        crate::engine::validate::lease(lease)?;
+        client.admit()?;
+        let closed = || {
+            client
+                .admit()
+                .err()
+                .unwrap_or_else(|| Error::internal("no watchdog"))
+        };
+        let shared = self.shared.upgrade().ok_or_else(closed)?;
+        let (key, owner, script) = {
+            let entries = shared.lock_entries();
+            let Some(entry) = entries.get(&self.id) else {
+                // Unregistered: lost (or the client closed).
+                return if shared.is_closed() {
+                    Err(closed())
+                } else {
+                    Ok(false)
+                };
+            };
+            if entry.hold.renew {
+                return Err(Error::invalid(
+                    "this hold is renewed by the watchdog; extend is for holds with a fixed \
+                     lease (taken through with_lease)",
+                ));
+            }
+            (
+                entry.hold.key.clone(),
+                entry.hold.owner.clone(),
+                entry.hold.script,
+            )
+        };
+        let mut cmd = script.evalsha(1);
+        cmd.arg(&*key).arg(&*owner).arg(lease.as_millis() as u64);
+        let sent_at = Instant::now();
+        let (reply, acked) = script
+            .run(&shared.conn, &cmd, shared.acks)
+            .await
+            .map_err(|e| Error::from_redis_for_key(e, &key))?;
+        if shared.acks.short(acked) {
+            return Err(Error::protocol(format!(
+                "extend of {key:?} acknowledged by {} replica(s) of {}",
+                acked.unwrap_or(0),
+                shared.acks.min
+            )));
+        }
+        let renewed: Vec<i64> = redis::from_redis_value(reply)
+            .map_err(|e| Error::protocol(format!("extend of {key:?}: {e}")))?;
+        if renewed.first() != Some(&1) {
+            self.state.mark_lost();
+            shared.lock_entries().remove(&self.id);
+            return Ok(false);
+        }
+        self.state.extended(sent_at, lease);
+        self.update(|entry| {
+            // The 80% warning of a fixed lease counts from here.
+            entry.hold.lease = lease;
+            entry.granted = sent_at;
+            entry.warned = false;
+        });
+        Ok(true)
     }
 
     /// Applies `f` to this hold's entry, invalidates renewal replies in

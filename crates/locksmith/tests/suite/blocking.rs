@@ -151,3 +151,35 @@ fn close_refuses_new_acquires_and_reports_held_locks_lost() {
         .unwrap();
     assert!(!held, "a release after close still frees the lock");
 }
+
+#[test]
+fn guards_and_permits_extend_a_fixed_lease() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let short = Duration::from_millis(800);
+    let guard = client
+        .lock("b:extend")
+        .unwrap()
+        .with_lease(short)
+        .unwrap()
+        .lock()
+        .unwrap();
+    guard.extend(Duration::from_secs(20)).unwrap();
+    assert!(guard.remaining_lease() > Duration::from_secs(15));
+    std::thread::sleep(short + Duration::from_millis(200));
+    assert!(!guard.is_lost());
+    guard.release().unwrap();
+
+    let sem = client.expirable_semaphore("b:extend-permits").unwrap();
+    assert!(sem.try_set_permits(1).unwrap());
+    let permit = sem.with_lease(short).unwrap().acquire().unwrap();
+    permit.extend(Duration::from_secs(20)).unwrap();
+    std::thread::sleep(short + Duration::from_millis(200));
+    assert_eq!(sem.available().unwrap(), 0, "still taken");
+    permit.release().unwrap();
+    let watchdog = client.lock("b:extend-watchdog").unwrap().lock().unwrap();
+    assert_eq!(
+        watchdog.extend(Duration::from_secs(5)).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}

@@ -22,6 +22,7 @@ mod credentials;
 mod cross_slot;
 mod examples;
 mod expirable;
+mod extend;
 mod failed_release;
 mod fair;
 mod fault;

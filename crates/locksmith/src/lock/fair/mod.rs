@@ -430,6 +430,13 @@ impl FairLock {
         self.releaser().release_one(episode).await
     }
 
+    /// Moves the lease end of this owner's hold of `episode` forward (used
+    /// by [`LockGuard::extend`]); `Ok(false)` when that hold is gone.
+    pub(super) async fn extend_hold(&self, episode: u64, lease: Duration) -> Result<bool> {
+        let state = self.shared.state.lock().await;
+        state.extend(episode, &self.shared.client, lease).await
+    }
+
     /// One release request: answers the script's `(status, value)` (see
     /// `engine::hold`).
     async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {

@@ -1,15 +1,14 @@
 //! [`LockGuard`]: proof of a held lock, released on drop.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::engine::held::{Held, Holding};
 use crate::engine::lease::LeaseState;
 use crate::engine::observe::Grant;
 use crate::engine::renewal::Registration;
 use crate::engine::task::Tasks;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lock::rw::Side;
 use crate::lock::simple::SimpleLock;
 use crate::lock::{FairLock, Lock, ReadWriteLock};
@@ -105,6 +104,66 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.held.name()
+    }
+
+    /// Moves the lease's end forward to `lease` from now, for a hold with
+    /// a fixed lease (taken through `with_lease`): only while the hold is
+    /// still this guard's, and never earlier than the server's current
+    /// end. The local lease view ([`LockGuard::remaining_lease`]) follows.
+    /// For a counted kind the lease is the owner's, so it covers the
+    /// owner's other holds of the lock too (a read-write lock's reader:
+    /// its read holds, as the watchdog renews them).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold is lost (its lease ran out, it was
+    /// force-unlocked) or this guard's hold has ended; then nothing is
+    /// extended. [`Error::InvalidArgument`] for a watchdog-renewed hold
+    /// (the watchdog keeps its lease) or a lease under 10 ms or beyond
+    /// what Redis accepts. [`Error::Closed`] once the client closed.
+    /// Connection errors and timeouts: then the local lease view is left
+    /// as it was (the server may or may not have moved its end; the view
+    /// never runs past it).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call changes nothing locally; if its command
+    /// reached Redis the lease on the server ends later than the local
+    /// view says, which errs on the safe side.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.lock("report")?.with_lease(Duration::from_secs(10))?;
+    /// let guard = lock.lock().await?;
+    /// // ... the work takes longer than planned:
+    /// guard.extend(Duration::from_secs(10)).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let Some(holder) = self.held.holding() else {
+            return Err(Error::NotHeld {
+                name: self.name().to_owned(),
+            });
+        };
+        let extended = match holder {
+            Holder::Reentrant(lock, episode) => lock.extend_hold(*episode, lease).await?,
+            Holder::Fair(lock, episode) => lock.extend_hold(*episode, lease).await?,
+            Holder::ReadWrite(lock, side, episode) => {
+                lock.extend_hold(*side, *episode, lease).await?
+            }
+            Holder::Simple {
+                lock,
+                _registration: registration,
+                ..
+            } => registration.extend(lock.client(), lease).await?,
+        };
+        if extended {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: self.name().to_owned(),
+            })
+        }
     }
 
     /// Releases this hold.

@@ -641,6 +641,13 @@ impl Lock {
         release_locked(&self.shared, state, lease, true, until, Some(episode)).await
     }
 
+    /// Moves the lease end of this owner's hold of `episode` forward (used
+    /// by [`LockGuard::extend`]); `Ok(false)` when that hold is gone.
+    pub(in crate::lock) async fn extend_hold(&self, episode: u64, lease: Duration) -> Result<bool> {
+        let state = self.shared.state.lock().await;
+        state.extend(episode, &self.shared.client, lease).await
+    }
+
     /// The lock's name (also its key).
     pub fn name(&self) -> &str {
         &self.shared.name

@@ -511,6 +511,22 @@ impl ReadWriteLock {
         self.releaser(side).release_one(episode).await
     }
 
+    /// Moves the lease end of this owner's `side` hold of `episode`
+    /// forward (used by [`LockGuard::extend`]); `Ok(false)` when that hold
+    /// is gone.
+    pub(super) async fn extend_hold(
+        &self,
+        side: Side,
+        episode: u64,
+        lease: Duration,
+    ) -> Result<bool> {
+        let mut state = self.shared.state.lock().await;
+        state
+            .side(side)
+            .extend(episode, &self.shared.client, lease)
+            .await
+    }
+
     /// One release request (`kind` `r`, `w`, or `leave` to withdraw a
     /// writer's claim): answers the script's `(status, value)` (see
     /// `engine::hold`).

@@ -13,8 +13,11 @@ return each_hold(function(key, owner, lease)
     else
         prefix = '{' .. key .. '}:' .. owner .. ':rwlock_timeout'
     end
+    -- Extends, never shortens (an extend asks for a lease end; a later one
+    -- stands).
     for n = 1, count do
-        redis.call('pexpire', prefix .. ':' .. n, lease)
+        local timeout = prefix .. ':' .. n
+        redis.call('pexpire', timeout, math.max(redis.call('pttl', timeout), lease))
     end
     redis.call('pexpire', key, math.max(redis.call('pttl', key), lease))
     return 1

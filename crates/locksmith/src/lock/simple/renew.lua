@@ -5,6 +5,8 @@ return each_hold(function(key, token, lease)
     if redis.pcall('get', key) ~= token then
         return 0
     end
-    redis.call('pexpire', key, lease)
+    -- Extends, never shortens (an extend asks for a lease end; a later one
+    -- stands).
+    redis.call('pexpire', key, math.max(redis.call('pttl', key), lease))
     return 1
 end)

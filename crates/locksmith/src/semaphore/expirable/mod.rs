@@ -461,6 +461,42 @@ impl Permit {
         self.held.name()
     }
 
+    /// Moves the permit's lease end forward to `lease` from now (Redisson's
+    /// `updateLeaseTime`, except that it never shortens the lease): only
+    /// while the permit is still held and unexpired, for a permit taken
+    /// through [`ExpirableSemaphore::with_lease`]. The local lease view
+    /// follows.
+    ///
+    /// # Errors
+    /// [`Error::PermitNotHeld`] (kind `NotHeld`) when the permit's lease
+    /// had run out or the permit is gone; then nothing is extended.
+    /// [`Error::InvalidArgument`] for a watchdog-renewed permit or a lease
+    /// under 10 ms or beyond what Redis accepts. [`Error::Closed`] once the
+    /// client closed. Connection errors and timeouts: the local view is
+    /// left as it was.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call changes nothing locally; if its command
+    /// reached Redis the permit's lease ends later than the local view says.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let Some(granted) = self.held.holding() else {
+            return Err(Error::PermitNotHeld {
+                name: self.name().to_owned(),
+                id: String::new(),
+                expired: false,
+            });
+        };
+        let client = &granted.semaphore.shared.client;
+        if granted.registration.extend(client, lease).await? {
+            return Ok(());
+        }
+        Err(Error::PermitNotHeld {
+            name: self.name().to_owned(),
+            id: granted.id.to_string(),
+            expired: true,
+        })
+    }
+
     /// Gives the permit back and wakes a waiter.
     ///
     /// # Errors

@@ -13,6 +13,8 @@ return each_hold(function(key, hex, lease)
     if type(expiry) ~= 'string' or tonumber(expiry) <= now then
         return 0
     end
-    redis.call('zadd', key, 'xx', now + lease, id)
+    -- Extends, never shortens (an extend asks for a lease end; a later one
+    -- stands).
+    redis.call('zadd', key, 'xx', math.max(tonumber(expiry), now + lease), id)
     return 1
 end)
