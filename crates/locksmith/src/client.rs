@@ -21,7 +21,9 @@ use crate::engine::conn::{Acks, NotifyMode, Timing};
 use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
 use crate::engine::scripts::{Invocation, Lua};
-use crate::engine::security::{Credentials, CredentialsProvider, Rotation, Security, TlsOptions};
+use crate::engine::security::{
+    Credentials, CredentialsProvider, Given, Rotation, Security, TlsOptions,
+};
 use crate::engine::subscriber::Source;
 use crate::engine::task::Tasks;
 use crate::engine::topology::{
@@ -160,6 +162,9 @@ pub struct ClientBuilder {
     url: String,
     /// Options collected so far.
     config: Config,
+    /// The caller's own redis-rs configuration, when built from one
+    /// ([`ClientBuilder::from_redis_client`], [`ClientBuilder::from_cluster`]).
+    given: Option<Given>,
 }
 
 impl ClientBuilder {
@@ -197,6 +202,92 @@ impl ClientBuilder {
         ClientBuilder {
             url: url.into(),
             config: Config::default(),
+            given: None,
+        }
+    }
+
+    /// Starts a builder over a redis-rs client the application made
+    /// already, for one server: its address, database, TLS settings
+    /// (certificates included) and credentials are used as they are, so
+    /// they are given once. Every connection locksmith opens (the command
+    /// connection and the pub/sub connection) is made from this client;
+    /// the builder's timeouts apply to them.
+    ///
+    /// TLS options ([`ClientBuilder::tls`], [`ClientBuilder::ca_file`], ...)
+    /// and a credentials provider belong to the redis-rs client here:
+    /// `build` refuses them with [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = redis::Client::open("redis://app:secret@127.0.0.1:6379/0")?;
+    /// let locks = locksmith::ClientBuilder::from_redis_client(redis.clone())
+    ///     .build()
+    ///     .await?;
+    /// let guard = locks.lock("orders:42")?.lock().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_redis_client(client: redis::Client) -> Self {
+        let url = Given::single_url(&client);
+        ClientBuilder {
+            url: url.clone(),
+            config: Config::default(),
+            given: Some(Given::Single(client, url)),
+        }
+    }
+
+    /// Starts a builder for a Redis Cluster whose client settings the
+    /// application already has: `nodes` are seed URLs (`redis://host:port`
+    /// or `rediss://host:port`, each without credentials if `configure`
+    /// sets them), and `configure` applies the application's settings
+    /// (TLS mode, certificates, user, password, credentials provider, ...)
+    /// to each cluster client builder locksmith makes. locksmith makes
+    /// three clients from it, as it does from a URL: one that resends a
+    /// command whose reply was lost (idempotent calls), one that never
+    /// does (calls that must run at most once), and a RESP3 one for
+    /// release notifications; it then sets its own timeouts, retries and
+    /// push channel on each, after `configure`.
+    ///
+    /// TLS options and a credentials provider of this builder are refused
+    /// by `build` ([`Error::InvalidArgument`]): `configure` carries them.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> locksmith::Result<()> {
+    /// let locks = locksmith::ClientBuilder::from_cluster(
+    ///     ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"],
+    ///     |builder| builder.username("app").password("secret"),
+    /// )
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn from_cluster<I, S, F>(nodes: I, configure: F) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        F: Fn(redis::cluster::ClusterClientBuilder) -> redis::cluster::ClusterClientBuilder
+            + Send
+            + Sync
+            + 'static,
+    {
+        let seeds: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        let tls = seeds.iter().any(|s| crate::engine::security::is_tls_url(s));
+        let scheme = if tls {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        let hosts: Vec<&str> = seeds
+            .iter()
+            .map(|s| s.split_once("://").map_or(s.as_str(), |(_, rest)| rest))
+            .map(|rest| rest.trim_end_matches('/'))
+            .collect();
+        ClientBuilder {
+            url: format!("{scheme}://{}", hosts.join(",")),
+            config: Config::default(),
+            given: Some(Given::Cluster(std::sync::Arc::new(configure))),
         }
     }
 
@@ -493,7 +584,10 @@ impl ClientBuilder {
             return Err(Error::invalid("max_name_len must be greater than zero"));
         }
         crate::engine::validate::key_prefix(&config.key_prefix, config.max_name_len)?;
-        let mut address = Address::parse(&self.url, config.tls.wanted())?;
+        let mut address = match &self.given {
+            Some(_) => Address::parse_form(&self.url, false)?,
+            None => Address::parse(&self.url, config.tls.wanted())?,
+        };
         if let Some(credentials) = &config.sentinel_credentials {
             if !matches!(address, Address::Sentinel { .. }) {
                 return Err(Error::invalid(
@@ -503,8 +597,22 @@ impl ClientBuilder {
             address = address.with_sentinel_credentials(credentials);
         }
         let tasks = Tasks::default();
-        let tls = crate::engine::security::is_tls_url(&self.url) || config.tls.wanted();
-        let mut security = Security::load(&config.tls, tls)?;
+        let mut security = match self.given {
+            Some(given) => {
+                if config.tls.wanted() || config.credentials.is_some() {
+                    return Err(Error::invalid(
+                        "a client built from a redis-rs client or cluster configuration takes \
+                         its TLS settings and credentials from it: set them there, not on the \
+                         builder",
+                    ));
+                }
+                Security::given(given)
+            }
+            None => {
+                let tls = crate::engine::security::is_tls_url(&self.url) || config.tls.wanted();
+                Security::load(&config.tls, tls)?
+            }
+        };
         if let Some(handle) = &config.credentials {
             if handle.refresh.is_zero() || handle.refresh > MAX_PERIOD {
                 return Err(Error::invalid(format!(

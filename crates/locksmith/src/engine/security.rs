@@ -201,6 +201,63 @@ pub(crate) struct Security {
     insecure: bool,
     /// Credentials that rotate; `None`: the URL's.
     rotation: Option<Rotation>,
+    /// The caller's own redis-rs configuration, when the client was built
+    /// from it: it carries TLS and credentials, and every connection of
+    /// the client is made from it.
+    given: Option<Arc<Given>>,
+}
+
+/// A redis-rs configuration the caller built (see
+/// `ClientBuilder::from_redis_client` and `ClientBuilder::from_cluster`).
+// Kept behind an `Arc` (see `Security::given`): its size does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(crate) enum Given {
+    /// One server's client, and the URL that stands for it in the
+    /// client's address (no credentials).
+    Single(redis::Client, String),
+    /// A cluster: what to set on each cluster client builder the client
+    /// makes (TLS, certificates, credentials, ...), before the client's
+    /// own timeouts, retries and push settings.
+    #[cfg(feature = "cluster")]
+    Cluster(ClusterConfig),
+}
+
+/// The caller's settings for the cluster clients a client makes.
+#[cfg(feature = "cluster")]
+pub(crate) type ClusterConfig =
+    Arc<dyn Fn(ClusterClientBuilder) -> ClusterClientBuilder + Send + Sync>;
+
+impl fmt::Debug for Given {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Given::Single(_, url) => write!(f, "Given::Single({url})"),
+            #[cfg(feature = "cluster")]
+            Given::Cluster(_) => f.write_str("Given::Cluster"),
+        }
+    }
+}
+
+impl Given {
+    /// The URL standing for a given single-server client: scheme, address
+    /// and database, no credentials.
+    pub(crate) fn single_url(client: &redis::Client) -> String {
+        let info = client.get_connection_info();
+        let db = info.redis_settings().db();
+        match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/{db}"),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("rediss://{host}:{port}/{db}")
+            }
+            redis::ConnectionAddr::Unix(path) => {
+                format!("redis+unix://{}?db={db}", path.display())
+            }
+            // A transport this version does not know: described by what
+            // redis-rs prints for it.
+            #[allow(unreachable_patterns)]
+            other => format!("redis://{other}/{db}"),
+        }
+    }
 }
 
 impl fmt::Debug for Security {
@@ -210,6 +267,7 @@ impl fmt::Debug for Security {
         out.field("certs", &self.certs.is_some());
         out.field("insecure", &self.insecure)
             .field("rotating", &self.rotation.is_some())
+            .field("given", &self.given)
             .finish()
     }
 }
@@ -262,7 +320,16 @@ impl Security {
             certs,
             insecure: options.insecure,
             rotation: None,
+            given: None,
         })
+    }
+
+    /// Connections made from the caller's own redis-rs configuration.
+    pub(crate) fn given(given: Given) -> Security {
+        Security {
+            given: Some(Arc::new(given)),
+            ..Security::default()
+        }
     }
 
     /// The same, authenticating with `rotation`'s latest credentials.
@@ -325,6 +392,11 @@ impl Security {
     /// [`Error::InvalidArgument`] for a URL redis-rs refuses, or PEM data
     /// it cannot parse.
     pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
+        if let Some(Given::Single(client, given_url)) = self.given.as_deref() {
+            if url == given_url {
+                return Ok(client.clone());
+            }
+        }
         let bad =
             |e: redis::RedisError| Error::invalid(format!("bad Redis URL {:?}: {e}", redact(url)));
         let url = self.with_mode(url);
@@ -355,6 +427,9 @@ impl Security {
         mut builder: ClusterClientBuilder,
         tls: bool,
     ) -> ClusterClientBuilder {
+        if let Some(Given::Cluster(configure)) = self.given.as_deref() {
+            return configure(builder);
+        }
         if let Some(rotation) = &self.rotation {
             builder = builder.set_credentials_provider(rotation.clone());
         }
@@ -507,6 +582,7 @@ mod tests {
             certs: None,
             insecure: true,
             rotation: None,
+            given: None,
         };
         assert_eq!(s.with_mode("rediss://h:1"), "rediss://h:1#insecure");
         assert_eq!(s.with_mode("redis://h:1"), "redis://h:1");

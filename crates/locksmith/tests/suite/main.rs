@@ -36,6 +36,7 @@ mod local_lease;
 mod lock;
 mod metrics_counts;
 mod multi;
+mod own_client;
 mod per_slot_calls;
 mod process;
 mod protocol;

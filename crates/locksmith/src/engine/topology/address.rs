@@ -40,6 +40,36 @@ impl Address {
     /// Sentinels themselves are contacted without, unless given apart
     /// ([`Address::with_sentinel_credentials`]).
     pub(crate) fn parse(url: &str, force_tls: bool) -> Result<Address> {
+        // Asked of the scheme before anything parses the rest, so a form
+        // this build left out is named as such.
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        let tls = force_tls || scheme.starts_with("rediss") || scheme.starts_with("valkeys");
+        let needs = [
+            (tls, "tls", cfg!(feature = "tls")),
+            (
+                scheme.ends_with("+sentinel"),
+                "sentinel",
+                cfg!(feature = "sentinel"),
+            ),
+            (
+                scheme.ends_with("+cluster"),
+                "cluster",
+                cfg!(feature = "cluster"),
+            ),
+        ];
+        if let Some((_, feature, _)) = needs.iter().find(|(wanted, _, built)| *wanted && !built) {
+            return Err(left_out(
+                &format!("the Redis URL {:?}", redact(url)),
+                feature,
+            ));
+        }
+        Address::parse_form(url, force_tls)
+    }
+
+    /// [`Address::parse`] without asking whether this build has the
+    /// form's cargo feature: for an address that stands for a redis-rs
+    /// configuration the caller made (whose TLS is redis-rs's own).
+    pub(crate) fn parse_form(url: &str, force_tls: bool) -> Result<Address> {
         let bad = |why: &str| Error::invalid(format!("bad Redis URL {:?}: {why}", redact(url)));
         let (scheme, rest) = url
             .split_once("://")
@@ -62,21 +92,6 @@ impl Address {
                 return Ok(Address::Single(url.to_owned()));
             }
         };
-        let needs = [
-            (tls, "tls", cfg!(feature = "tls")),
-            (
-                topology == "sentinel",
-                "sentinel",
-                cfg!(feature = "sentinel"),
-            ),
-            (topology == "cluster", "cluster", cfg!(feature = "cluster")),
-        ];
-        if let Some((_, feature, _)) = needs.iter().find(|(wanted, _, built)| *wanted && !built) {
-            return Err(left_out(
-                &format!("the Redis URL {:?}", redact(url)),
-                feature,
-            ));
-        }
         let node_scheme = if tls { "rediss" } else { "redis" };
         if topology == "single" {
             let url = format!("{node_scheme}://{rest}");

@@ -1,0 +1,181 @@
+//! A client built from the application's own redis-rs configuration
+//! (`ClientBuilder::from_redis_client`, `ClientBuilder::from_cluster`):
+//! URL, TLS, user and credentials are given once, in redis-rs terms, and
+//! every connection locksmith opens (commands and release notifications)
+//! is made from them.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use locksmith::{Client, ClientBuilder, ErrorKind};
+use locksmith_testkit::RedisServer;
+
+/// A waiter of `b` is woken by `a`'s release through the pub/sub
+/// connection (well before the 30 s lease), and the fencing tokens grow.
+async fn hand_over(a: &Client, b: &Client, name: &str) {
+    let held = a.lock(name).unwrap().lock().await.unwrap();
+    let first = held.fencing_token();
+    let lock_b = b.lock(name).unwrap();
+    assert!(lock_b.try_lock().await.unwrap().is_none(), "excluded");
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = lock_b.lock().await.unwrap();
+        (started.elapsed(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let (waited, guard) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the release message, not the lease")
+        .unwrap();
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(guard.fencing_token() > first);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_client_of_the_application_serves_locks() {
+    let server = RedisServer::start().unwrap();
+    let redis = redis::Client::open(format!("{}/3", server.url())).unwrap();
+    let a = ClientBuilder::from_redis_client(redis.clone())
+        .build()
+        .await
+        .unwrap();
+    let b = ClientBuilder::from_redis_client(redis)
+        .build()
+        .await
+        .unwrap();
+    hand_over(&a, &b, "own-single").await;
+    // The database of the application's client is the one used.
+    let guard = a.lock("own-db").unwrap().lock().await.unwrap();
+    let mut conn = server.connection().unwrap();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut conn).unwrap();
+    let exists: bool = redis::cmd("EXISTS").arg("own-db").query(&mut conn).unwrap();
+    assert!(exists, "the lock lives in database 3");
+    guard.release().await.unwrap();
+    // The application's client comes back from redis_client().
+    let again = a.redis_client().unwrap();
+    assert_eq!(
+        again.get_connection_info().redis_settings().db(),
+        3,
+        "the same configuration"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_with_an_acl_user_needs_no_settings_of_ours() {
+    let files = common::suite_tls();
+    let server = RedisServer::builder().tls(files, false).start().unwrap();
+    let mut admin = server.connection().unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(common::minimal_acl("own-s3cret"))
+        .query(&mut admin)
+        .unwrap();
+    let url = format!(
+        "rediss://locksmith:own-s3cret@127.0.0.1:{}",
+        server.tls_port().unwrap()
+    );
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(std::fs::read(files.ca_cert()).unwrap()),
+    };
+    let redis = redis::Client::build_with_tls(url.as_str(), certs).unwrap();
+    let a = ClientBuilder::from_redis_client(redis.clone())
+        .build()
+        .await
+        .unwrap();
+    let b = ClientBuilder::from_redis_client(redis.clone())
+        .build()
+        .await
+        .unwrap();
+    hand_over(&a, &b, "own-tls").await;
+    // Every connection of both clients, commands and notifications alike,
+    // logged in as the application's user.
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    let ours = clients
+        .lines()
+        .filter(|l| l.contains(" user=locksmith "))
+        .count();
+    let others = clients
+        .lines()
+        .filter(|l| !l.contains(" user=locksmith "))
+        .count();
+    assert!(
+        ours >= 3,
+        "two command connections and the waiter's pub/sub connection:\n{clients}"
+    );
+    assert!(
+        clients
+            .lines()
+            .any(|l| l.contains(" user=locksmith ") && l.contains("subscribe")),
+        "the pub/sub connection too:\n{clients}"
+    );
+    assert_eq!(
+        others, 1,
+        "only the admin connection is not ours:\n{clients}"
+    );
+
+    // Our TLS and credential settings would be a second source of truth:
+    // refused, naming where they belong.
+    let e = ClientBuilder::from_redis_client(redis.clone())
+        .tls_ca_file(files.ca_cert())
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("redis-rs client"), "{e}");
+    // Without the CA, the same URL does not verify: the certificates came
+    // from the application's client.
+    let e = Client::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_configuration_of_the_application_serves_locks() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let cluster = locksmith_testkit::RedisCluster::start().expect("a cluster");
+        for node in cluster.nodes() {
+            let _: () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("app")
+                .arg(&["on", ">c1uster", "~*", "&*", "+@all"][..])
+                .query(&mut node.connection().unwrap())
+                .unwrap();
+        }
+        cluster
+    })
+    .await
+    .unwrap();
+    let seeds: Vec<String> = cluster
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://{a}"))
+        .collect();
+    let build = || {
+        ClientBuilder::from_cluster(seeds.clone(), |builder| {
+            builder.username("app").password("c1uster")
+        })
+        .build()
+    };
+    let a = build().await.unwrap();
+    let b = build().await.unwrap();
+    assert_eq!(a.topology(), locksmith::Topology::Cluster);
+    let whoami: String = redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(&mut a.connection())
+        .await
+        .unwrap();
+    assert_eq!(whoami, "app", "the credentials came from the configuration");
+    for name in ["own-cluster-a", "own-cluster-b", "own-cluster-c"] {
+        hand_over(&a, &b, name).await;
+    }
+    drop(cluster);
+}
