@@ -98,6 +98,11 @@ pub use semaphore::{ExpirableSemaphore, Permit, Semaphore, SemaphorePermits};
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use locksmith_macros::locked;
 
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Guides, from the repository's `docs/` folder.
 pub mod guides {
     #[doc = include_str!("../docs/locks.md")]

@@ -49,6 +49,64 @@ use crate::engine::scripts::RUN_PATIENCE;
 use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
+/// Who acts on a handle: the tokio task a call runs in, or the thread for
+/// a call outside any task (the blocking API, a `block_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Actor {
+    /// A tokio task.
+    Task(tokio::task::Id),
+    /// A thread, outside any task.
+    Thread(std::thread::ThreadId),
+}
+
+impl Actor {
+    /// The caller.
+    pub(crate) fn current() -> Actor {
+        match tokio::task::try_id() {
+            Some(id) => Actor::Task(id),
+            None => Actor::Thread(std::thread::current().id()),
+        }
+    }
+}
+
+/// How long an acquire shut out by [`ActorGate`] waits before it looks
+/// again, when no release message wakes it first.
+pub(crate) const GATE_POLL: Duration = Duration::from_millis(50);
+
+/// Which actor an owner's exclusive hold belongs to. One owner (a handle
+/// and its clones) re-enters its own hold, as Redisson's owner (a client
+/// and a thread) does; the owner's identity on the server stays the
+/// handle's, and locally each hold episode belongs to the actor it was
+/// given to. Another task (or thread) acquiring through the same handle
+/// while that hold lasts is shut out like any other owner, instead of
+/// re-entering a hold it does not have: a handle kept in shared state
+/// (axum's `State`) excludes the requests that use it at once.
+#[derive(Debug, Default)]
+pub(crate) struct ActorGate {
+    /// The episode last given out, and to whom.
+    given: std::sync::Mutex<Option<(u64, Actor)>>,
+}
+
+impl ActorGate {
+    /// The guard of `episode` was given to the current actor.
+    pub(crate) fn given(&self, episode: u64) {
+        *self.given.lock().unwrap_or_else(|e| e.into_inner()) = Some((episode, Actor::current()));
+    }
+
+    /// Whether the current actor must wait for `state`'s hold to end: the
+    /// owner holds it, and its episode was given to another actor (or is
+    /// not given out yet: a grant on its way to a waiter).
+    pub(crate) fn shuts_out(&self, state: &HoldState) -> bool {
+        if state.count == 0 {
+            return false;
+        }
+        match *self.given.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((episode, actor)) if episode == state.episode => actor != Actor::current(),
+            _ => true,
+        }
+    }
+}
+
 /// This owner's hold, as last confirmed by the server.
 #[derive(Debug, Default)]
 pub(crate) struct HoldState {

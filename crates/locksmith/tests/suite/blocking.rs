@@ -183,3 +183,23 @@ fn guards_and_permits_extend_a_fixed_lease() {
         ErrorKind::InvalidArgument
     );
 }
+
+#[test]
+fn threads_sharing_one_handle_exclude_each_other() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    let lock = client.lock("b:shared-handle").unwrap();
+    let guard = lock.lock().unwrap();
+    let again = lock.lock().unwrap();
+    let other = lock.clone();
+    let shut_out = std::thread::spawn(move || other.try_lock().unwrap().is_none());
+    assert!(
+        shut_out.join().unwrap(),
+        "another thread does not get into this thread's hold"
+    );
+    again.release().unwrap();
+    guard.release().unwrap();
+    let other = lock.clone();
+    let took = std::thread::spawn(move || other.try_lock().unwrap().map(|g| g.release()).is_some());
+    assert!(took.join().unwrap(), "free once the hold ended");
+}

@@ -198,19 +198,14 @@ async fn a_release_cancelled_mid_call_keeps_the_owners_count_in_step() {
         tokio::time::timeout(Duration::from_millis(150), inner.release()).await
     });
     tokio::time::sleep(Duration::from_millis(30)).await;
-    // Meanwhile the same owner re-enters through a clone: it queues for the
-    // owner's state behind the release, and must then see the count the
-    // server has (1 after the landed release), not a stale 2.
+    // Meanwhile the same owner re-enters through a clone (in this task,
+    // which holds the outer hold): it queues for the owner's state behind
+    // the release, and must then see the count the server has (1 after the
+    // landed release), not a stale 2.
     let clone = lock.clone();
-    let reentering = tokio::spawn(async move { clone.lock().await });
-    assert!(
-        releasing.await.unwrap().is_err(),
-        "the release was in flight"
-    );
-    let again = reentering
-        .await
-        .unwrap()
-        .expect("re-entry after a cancelled release");
+    let (released, again) = tokio::join!(releasing, clone.lock());
+    assert!(released.unwrap().is_err(), "the release was in flight");
+    let again = again.expect("re-entry after a cancelled release");
     proxy.set_mode(FaultMode::Pass);
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     again.release().await.unwrap();

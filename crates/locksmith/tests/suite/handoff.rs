@@ -63,24 +63,23 @@ async fn release_hands_the_lock_to_a_parked_local_waiter(env: Env) {
     let guard = first.lock().await.unwrap();
 
     let second = client.lock(name).unwrap();
-    let waiter = {
-        let second = second.clone();
-        tokio::spawn(async move { second.lock().await })
+    // The waiter runs in this task, which re-enters its hold below (a hold
+    // belongs to the task it was given to).
+    let waiter = tokio::time::timeout(Duration::from_secs(10), second.lock());
+    let release = async {
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                client.parked_waiter_count() == 1
+            })
+            .await,
+            "the waiter parks"
+        );
+        let token = guard.fencing_token();
+        guard.release().await.unwrap();
+        token
     };
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            client.parked_waiter_count() == 1
-        })
-        .await,
-        "the waiter parks"
-    );
-    let token = guard.fencing_token();
-    guard.release().await.unwrap();
-    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter is granted at once")
-        .unwrap()
-        .unwrap();
+    let (handed, token) = tokio::join!(waiter, release);
+    let handed = handed.expect("the waiter is granted at once").unwrap();
 
     // A new grant: larger token, the successor is the only holder, its lease
     // is set and renewed, and nobody else was woken.

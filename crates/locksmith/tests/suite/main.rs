@@ -52,6 +52,7 @@ mod runtimes;
 mod rw;
 mod semaphore;
 mod sentinel_auth;
+mod shared_handle;
 mod simple;
 mod stale_guard;
 mod tls;

@@ -24,7 +24,7 @@ use super::{LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::hold::{HoldState, Releaser};
+use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::{wake_one, Check, Keeper};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
@@ -95,6 +95,8 @@ struct Shared {
     /// Serializes this owner's acquires and releases, so the hold count
     /// sent with each call matches the server's.
     state: Arc<Mutex<HoldState>>,
+    /// Which task the owner's hold belongs to (see [`ActorGate`]).
+    gate: ActorGate,
 }
 
 impl Client {
@@ -123,6 +125,7 @@ impl Client {
                 owner: owner.into(),
                 name: name.into(),
                 state: Arc::new(Mutex::new(HoldState::default())),
+                gate: ActorGate::default(),
             }),
             lease: None,
             wait_timeout: FairLock::DEFAULT_WAIT_TIMEOUT,
@@ -155,6 +158,12 @@ impl FairLock {
     /// The client the lock lives in (for MultiLock's ordering and routing).
     pub(crate) fn client(&self) -> &Client {
         &self.shared.client
+    }
+
+    /// The hold of `episode` was given to the current task (see
+    /// [`ActorGate`]).
+    pub(in crate::lock) fn given(&self, episode: u64) {
+        self.shared.gate.given(episode);
     }
 
     /// The same owner with a fixed lease (not renewed by the watchdog).
@@ -335,6 +344,13 @@ impl FairLock {
         client.admit()?;
         let lease = self.lease();
         let state = shared.state.clone().lock_owned().await;
+        if shared.gate.shuts_out(&state) {
+            // Held through this handle by another task: that task's hold,
+            // not ours to re-enter (nor to queue for on the server).
+            return Ok(Attempt::Queued {
+                until: Instant::now() + GATE_POLL,
+            });
+        }
         let expected = state.count;
         let call = Call::new(
             4,

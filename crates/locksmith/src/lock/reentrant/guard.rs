@@ -58,10 +58,21 @@ impl LockGuard {
     }
 
     pub(crate) fn reentrant(lock: Lock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
+        lock.shared.gate.given(episode);
         Self::held(Holder::Reentrant(lock, episode), "lock", token, lease)
     }
 
+    /// The owner's hold episode this guard was granted in (counted kinds).
+    pub(crate) fn episode(&self) -> Option<u64> {
+        match self.held.holding()? {
+            Holder::Reentrant(_, episode) | Holder::Fair(_, episode) => Some(*episode),
+            Holder::ReadWrite(_, _, episode) => Some(*episode),
+            Holder::Simple { .. } => None,
+        }
+    }
+
     pub(crate) fn fair(lock: FairLock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
+        lock.given(episode);
         Self::held(Holder::Fair(lock, episode), "fair-lock", token, lease)
     }
 
@@ -72,6 +83,7 @@ impl LockGuard {
         episode: u64,
         lease: Arc<LeaseState>,
     ) -> Self {
+        lock.given(side, episode);
         let kind = match side {
             Side::Read => "read-lock",
             Side::Write => "write-lock",

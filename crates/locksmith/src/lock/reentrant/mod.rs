@@ -23,7 +23,7 @@ use crate::client::Client;
 use crate::engine::acquire;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::conn::ATTEMPTS;
-use crate::engine::hold::HoldState;
+use crate::engine::hold::{ActorGate, HoldState, GATE_POLL};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
 use crate::engine::validate;
@@ -50,10 +50,12 @@ pub(in crate::lock) static NEXT_HOLDER_ID: AtomicU64 = AtomicU64::new(1);
 /// A handle is a lock name plus an *owner*: this client's UUID and a holder
 /// id (`<uuid>:<holder-id>`, the shape of Redisson's `<uuid>:<thread-id>`).
 /// Every [`Client::lock`] call makes a new owner; clones of a handle share
-/// it. Async tasks have no stable thread identity, so ownership follows the
-/// handle, not the task: tasks that must exclude each other each call
-/// `client.lock(name)`; code that re-enters the lock passes the same handle
-/// (or a clone) down. See [`guides::locks`](crate::guides::locks).
+/// it. Within the owner a hold belongs to the tokio task that took it (the
+/// thread, outside any task), as Redisson's belongs to a thread: that task
+/// re-enters it, and another task acquiring through the same handle waits
+/// like any other owner. A handle kept in shared state therefore excludes
+/// the requests that use it at once. See
+/// [`guides::locks`](crate::guides::locks#owners).
 ///
 /// ```no_run
 /// # async fn demo(client: locksmith::Client) -> locksmith::Result<()> {
@@ -115,6 +117,8 @@ pub(in crate::lock) struct Shared {
     /// Serializes acquire and release of this owner, so the hold count sent
     /// with each script call matches the server's.
     pub(in crate::lock) state: Arc<Mutex<HoldState>>,
+    /// Which task the owner's hold belongs to (see [`ActorGate`]).
+    pub(in crate::lock) gate: ActorGate,
 }
 
 /// Outcome of one acquire attempt.
@@ -175,6 +179,7 @@ impl Client {
                 owner: format!("{}:{holder}", self.id().hyphenated()).into(),
                 name: name.into(),
                 state: Arc::new(Mutex::new(HoldState::default())),
+                gate: ActorGate::default(),
             }),
             lease: None,
         })
@@ -397,11 +402,11 @@ impl Lock {
             self.shared.client.admit()?;
             let mut offered = false;
             if let Some(guard) = ticket.take_granted() {
-                return Ok(Some(guard));
+                return Ok(Some(self.given(guard)));
             }
             if recheck {
                 match ticket.claim() {
-                    Claim::Granted(guard) => return Ok(Some(guard)),
+                    Claim::Granted(guard) => return Ok(Some(self.given(guard))),
                     // A local release is handing the lock to us: its outcome
                     // arrives through the ticket.
                     Claim::Pending => offered = true,
@@ -442,6 +447,15 @@ impl Lock {
                 _ = ticket.notified() => {}
             }
         }
+    }
+
+    /// A grant handed over by a local release reaches its waiter: the hold
+    /// is the waiter's task's (the releasing task made the guard).
+    fn given(&self, guard: LockGuard) -> LockGuard {
+        if let Some(episode) = guard.episode() {
+            self.shared.gate.given(episode);
+        }
+        guard
     }
 
     /// True when this owner is known to hold nothing right now (its state
@@ -489,6 +503,11 @@ impl Lock {
                 }
             }
         };
+        if self.shared.gate.shuts_out(&state) {
+            // Held through this handle by another task: that task's hold,
+            // not ours to re-enter.
+            return Ok(Attempt::Busy(GATE_POLL));
+        }
         let expected = state.count;
         // Armed from the first send until the reply is kept: if this
         // future is dropped while the call is in flight (or an error leaves

@@ -22,7 +22,7 @@ use super::{LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::hold::{HoldState, Releaser};
+use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::{Check, Wake};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
@@ -99,6 +99,9 @@ struct Shared {
     /// Counts this owner's waits; a background withdrawal of a dropped
     /// wait's claim is skipped once a later wait has started.
     waits: Arc<AtomicU64>,
+    /// Which task the owner's write hold belongs to (see [`ActorGate`]);
+    /// read holds are shared, by tasks as by owners.
+    gate: ActorGate,
 }
 
 /// One owner's holds on both sides.
@@ -157,6 +160,7 @@ impl Client {
                 name: name.into(),
                 state: Arc::new(Mutex::new(RwState::default())),
                 waits: Arc::new(AtomicU64::new(0)),
+                gate: ActorGate::default(),
             }),
             lease: None,
             prefer_writers: false,
@@ -189,6 +193,14 @@ impl ReadWriteLock {
     /// The client the lock lives in (for MultiLock's ordering and routing).
     pub(crate) fn client(&self) -> &Client {
         &self.shared.client
+    }
+
+    /// The write hold of `episode` was given to the current task (see
+    /// [`ActorGate`]).
+    pub(in crate::lock) fn given(&self, side: Side, episode: u64) {
+        if side == Side::Write {
+            self.shared.gate.given(episode);
+        }
     }
 
     /// The same owner with a fixed lease (not renewed by the watchdog).
@@ -400,6 +412,11 @@ impl ReadWriteLock {
         client.admit()?;
         let lease = self.lease();
         let mut state = shared.state.clone().lock_owned().await;
+        if shared.gate.shuts_out(&state.write) {
+            // This handle's write hold belongs to another task: neither its
+            // write nor a read under it (a downgrade) is ours.
+            return Ok(Check::NotYet(Some(Instant::now() + GATE_POLL)));
+        }
         let expected = state.side(side).count;
         let call = Call::new(
             3,
