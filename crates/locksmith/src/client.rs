@@ -273,21 +273,15 @@ impl ClientBuilder {
             + 'static,
     {
         let seeds: Vec<String> = nodes.into_iter().map(Into::into).collect();
-        let tls = seeds.iter().any(|s| crate::engine::security::is_tls_url(s));
-        let scheme = if tls {
-            "rediss+cluster"
-        } else {
-            "redis+cluster"
-        };
-        let hosts: Vec<&str> = seeds
-            .iter()
-            .map(|s| s.split_once("://").map_or(s.as_str(), |(_, rest)| rest))
-            .map(|rest| rest.trim_end_matches('/'))
-            .collect();
         ClientBuilder {
-            url: format!("{scheme}://{}", hosts.join(",")),
+            // Stands for the seeds in messages; the seeds themselves (with
+            // any credentials) go to the cluster clients as given.
+            url: Address::Cluster {
+                seeds: seeds.clone(),
+            }
+            .describe(),
             config: Config::default(),
-            given: Some(Given::Cluster(std::sync::Arc::new(configure))),
+            given: Some(Given::Cluster(std::sync::Arc::new(configure), seeds)),
         }
     }
 
@@ -585,7 +579,9 @@ impl ClientBuilder {
         }
         crate::engine::validate::key_prefix(&config.key_prefix, config.max_name_len)?;
         let mut address = match &self.given {
-            Some(_) => Address::parse_form(&self.url, false)?,
+            Some(Given::Single(_, url)) => Address::Single(url.clone()),
+            #[cfg(feature = "cluster")]
+            Some(Given::Cluster(_, seeds)) => Address::seeds(seeds)?,
             None => Address::parse(&self.url, config.tls.wanted())?,
         };
         if let Some(credentials) = &config.sentinel_credentials {
@@ -976,8 +972,16 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an address that does not make a
-    /// valid URL.
+    /// valid URL. A client built from a redis-rs client
+    /// ([`ClientBuilder::from_redis_client`]) answers that client for its
+    /// own server and refuses other addresses; one built from a cluster
+    /// configuration ([`ClientBuilder::from_cluster`]) refuses every
+    /// address: node clients come from that configuration, which only the
+    /// application can apply.
     pub fn node_client(&self, addr: &str) -> Result<redis::Client> {
+        if let Some(given) = self.inner.security.given_node(addr) {
+            return given;
+        }
         let client = self
             .inner
             .security

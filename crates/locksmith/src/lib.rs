@@ -49,7 +49,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `tls` | yes | `rediss://` URLs and [`ClientBuilder::tls`] (rustls with ring, which builds C code) |
+//! | `tls` | yes | `rediss://` URLs, and the TLS options of [`ClientBuilder`] ([`ClientBuilder::tls`], CA and client certificates; refused at `build()` without the feature); rustls with ring, which builds C code |
 //! | `cluster` | yes | `redis+cluster://` URLs: Redis Cluster |
 //! | `sentinel` | yes | `redis+sentinel://` URLs: a primary named by Sentinels |
 //! | `blocking` | no | `locksmith::blocking`: the primitives for code that is not async |

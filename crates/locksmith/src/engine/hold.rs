@@ -90,18 +90,28 @@ pub(crate) struct ActorGate {
 impl ActorGate {
     /// The guard of `episode` was given to the current actor.
     pub(crate) fn given(&self, episode: u64) {
-        *self.given.lock().unwrap_or_else(|e| e.into_inner()) = Some((episode, Actor::current()));
+        self.given_to(episode, Actor::current());
     }
 
-    /// Whether the current actor must wait for `state`'s hold to end: the
-    /// owner holds it, and its episode was given to another actor (or is
-    /// not given out yet: a grant on its way to a waiter).
+    /// The guard of `episode` was given to `actor`.
+    pub(crate) fn given_to(&self, episode: u64, actor: Actor) {
+        *self.given.lock().unwrap_or_else(|e| e.into_inner()) = Some((episode, actor));
+    }
+
+    /// Whether the current actor must wait for `state`'s hold to end.
     pub(crate) fn shuts_out(&self, state: &HoldState) -> bool {
+        self.shuts_out_for(state, Actor::current())
+    }
+
+    /// Whether `actor` must wait for `state`'s hold to end: the owner holds
+    /// it, and its episode was given to another actor (or is not given out
+    /// yet: a grant on its way to a waiter).
+    pub(crate) fn shuts_out_for(&self, state: &HoldState, actor: Actor) -> bool {
         if state.count == 0 {
             return false;
         }
         match *self.given.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((episode, actor)) if episode == state.episode => actor != Actor::current(),
+            Some((episode, holder)) if episode == state.episode => holder != actor,
             _ => true,
         }
     }

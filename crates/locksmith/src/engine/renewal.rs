@@ -190,6 +190,10 @@ impl Registration {
     pub(crate) async fn extend(&self, client: &crate::Client, lease: Duration) -> Result<bool> {
         crate::engine::validate::lease(lease)?;
         client.admit()?;
+        if self.state.is_lost() {
+            // Lost locally already: the guard says so, and stays lost.
+            return Ok(false);
+        }
         let closed = || {
             client
                 .admit()
@@ -241,9 +245,17 @@ impl Registration {
             return Ok(false);
         }
         self.state.extended(sent_at, lease);
+        if self.state.is_lost() {
+            // The local deadline passed while the call was out: the guard
+            // reported the hold lost, and that answer stands (the server's
+            // lease, extended, runs out on its own).
+            return Ok(false);
+        }
+        // The lease now ends at the later of the two ends; the 80% warning
+        // of a fixed lease counts towards it from here.
+        let left = self.state.deadline().saturating_duration_since(sent_at);
         self.update(|entry| {
-            // The 80% warning of a fixed lease counts from here.
-            entry.hold.lease = lease;
+            entry.hold.lease = left.max(lease);
             entry.granted = sent_at;
             entry.warned = false;
         });

@@ -220,7 +220,7 @@ pub(crate) enum Given {
     /// makes (TLS, certificates, credentials, ...), before the client's
     /// own timeouts, retries and push settings.
     #[cfg(feature = "cluster")]
-    Cluster(ClusterConfig),
+    Cluster(ClusterConfig, Vec<String>),
 }
 
 /// The caller's settings for the cluster clients a client makes.
@@ -233,7 +233,7 @@ impl fmt::Debug for Given {
         match self {
             Given::Single(_, url) => write!(f, "Given::Single({url})"),
             #[cfg(feature = "cluster")]
-            Given::Cluster(_) => f.write_str("Given::Cluster"),
+            Given::Cluster(_, seeds) => write!(f, "Given::Cluster({seeds:?})"),
         }
     }
 }
@@ -244,10 +244,18 @@ impl Given {
     pub(crate) fn single_url(client: &redis::Client) -> String {
         let info = client.get_connection_info();
         let db = info.redis_settings().db();
+        // An IPv6 address goes in brackets, as in any URL.
+        let host = |host: &str| {
+            if host.contains(':') && !host.starts_with('[') {
+                format!("[{host}]")
+            } else {
+                host.to_owned()
+            }
+        };
         match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/{db}"),
-            redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                format!("rediss://{host}:{port}/{db}")
+            redis::ConnectionAddr::Tcp(h, port) => format!("redis://{}:{port}/{db}", host(h)),
+            redis::ConnectionAddr::TcpTls { host: h, port, .. } => {
+                format!("rediss://{}:{port}/{db}", host(h))
             }
             redis::ConnectionAddr::Unix(path) => {
                 format!("redis+unix://{}?db={db}", path.display())
@@ -326,10 +334,43 @@ impl Security {
 
     /// Connections made from the caller's own redis-rs configuration.
     pub(crate) fn given(given: Given) -> Security {
+        // (Irrefutable in a build without `cluster`.)
+        #[cfg(feature = "tls")]
+        #[allow(irrefutable_let_patterns)]
+        if let Given::Single(client, _) = &given {
+            if matches!(
+                client.get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ) {
+                ensure_crypto_provider();
+            }
+        }
         Security {
             given: Some(Arc::new(given)),
             ..Security::default()
         }
+    }
+
+    /// For a client built from the caller's configuration, a client for the
+    /// node `addr` (`host:port`): the caller's own client for its own
+    /// server; nothing else can be made from that configuration without
+    /// losing part of it (certificates, a credentials provider), so other
+    /// nodes are refused. `None` for a client built from a URL.
+    pub(crate) fn given_node(&self, addr: &str) -> Option<Result<redis::Client>> {
+        Some(match self.given.as_deref()? {
+            Given::Single(client, _) if client.get_connection_info().addr().to_string() == addr => {
+                Ok(client.clone())
+            }
+            Given::Single(..) => Err(Error::invalid(format!(
+                "{addr} is not the server of the redis-rs client this client was built from; \
+                 make a client for it from your own configuration"
+            ))),
+            #[cfg(feature = "cluster")]
+            Given::Cluster(..) => Err(Error::invalid(
+                "a client built from a cluster configuration makes no node clients; \
+                 make them from that configuration",
+            )),
+        })
     }
 
     /// The same, authenticating with `rotation`'s latest credentials.
@@ -419,6 +460,20 @@ impl Security {
         }
     }
 
+    /// A cluster client builder for `seeds`, with the caller's own
+    /// settings when the client was built from them: those come first, so
+    /// the client's timeouts, retries and push channel, set after, are the
+    /// ones that hold (a caller's retry count must not reach the
+    /// connection that never resends).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster_base(&self, seeds: &[String]) -> ClusterClientBuilder {
+        let builder = ClusterClientBuilder::new(seeds.to_vec());
+        match self.given.as_deref() {
+            Some(Given::Cluster(configure, _)) => configure(builder),
+            _ => builder,
+        }
+    }
+
     /// The TLS settings of a cluster connection whose seeds are
     /// `rediss://` (every node the cluster names gets the same).
     #[cfg(feature = "cluster")]
@@ -427,8 +482,9 @@ impl Security {
         mut builder: ClusterClientBuilder,
         tls: bool,
     ) -> ClusterClientBuilder {
-        if let Some(Given::Cluster(configure)) = self.given.as_deref() {
-            return configure(builder);
+        if let Some(Given::Cluster(..)) = self.given.as_deref() {
+            // The caller's settings came first (`cluster_base`).
+            return builder;
         }
         if let Some(rotation) = &self.rotation {
             builder = builder.set_credentials_provider(rotation.clone());
@@ -590,6 +646,25 @@ mod tests {
             s.with_mode("rediss://h:1/#insecure"),
             "rediss://h:1/#insecure"
         );
+    }
+
+    /// The URL standing for an application's own client: no credentials,
+    /// IPv6 in brackets, and it parses back to the same address.
+    #[test]
+    fn a_given_clients_url_names_its_address_only() {
+        for (url, want) in [
+            ("redis://app:pw@10.1.2.3:6380/2", "redis://10.1.2.3:6380/2"),
+            ("redis://[::1]:6379", "redis://[::1]:6379/0"),
+        ] {
+            let client = redis::Client::open(url).unwrap();
+            let given = Given::single_url(&client);
+            assert_eq!(given, want);
+            let parsed = redis::Client::open(given.as_str()).unwrap();
+            assert_eq!(
+                parsed.get_connection_info().addr().to_string(),
+                client.get_connection_info().addr().to_string()
+            );
+        }
     }
 
     #[test]

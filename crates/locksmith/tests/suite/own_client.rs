@@ -54,6 +54,20 @@ async fn a_redis_client_of_the_application_serves_locks() {
     let exists: bool = redis::cmd("EXISTS").arg("own-db").query(&mut conn).unwrap();
     assert!(exists, "the lock lives in database 3");
     guard.release().await.unwrap();
+    // Node clients: the application's own for its server, none other.
+    let addr = server.addr();
+    assert_eq!(
+        a.node_client(&addr)
+            .unwrap()
+            .get_connection_info()
+            .redis_settings()
+            .db(),
+        3
+    );
+    assert_eq!(
+        a.node_client("127.0.0.1:1").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     // The application's client comes back from redis_client().
     let again = a.redis_client().unwrap();
     assert_eq!(
@@ -159,9 +173,16 @@ async fn a_cluster_configuration_of_the_application_serves_locks() {
         .iter()
         .map(|a| format!("redis://{a}"))
         .collect();
+    // The application's settings come first: its retry count and protocol
+    // do not reach locksmith's own clients (the connection that never
+    // resends, the RESP3 one of release notifications).
     let build = || {
         ClientBuilder::from_cluster(seeds.clone(), |builder| {
-            builder.username("app").password("c1uster")
+            builder
+                .username("app")
+                .password("c1uster")
+                .retries(9)
+                .use_protocol(redis::ProtocolVersion::RESP2)
         })
         .build()
     };
@@ -177,5 +198,26 @@ async fn a_cluster_configuration_of_the_application_serves_locks() {
     for name in ["own-cluster-a", "own-cluster-b", "own-cluster-c"] {
         hand_over(&a, &b, name).await;
     }
+    // Seeds may carry the credentials themselves.
+    let with_credentials: Vec<String> = cluster
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://app:c1uster@{a}"))
+        .collect();
+    let c = ClientBuilder::from_cluster(with_credentials, |builder| builder)
+        .build()
+        .await
+        .unwrap();
+    let whoami: String = redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(&mut c.connection())
+        .await
+        .unwrap();
+    assert_eq!(whoami, "app");
+    hand_over(&a, &c, "own-cluster-seeds").await;
+    assert!(
+        c.node_client(&cluster.addrs()[0]).is_err(),
+        "no node clients"
+    );
     drop(cluster);
 }

@@ -153,3 +153,77 @@ async fn the_fair_lock_and_the_write_side_shut_out_other_tasks_too() {
     assert!(shared.await.unwrap().is_some(), "reads are shared");
     read.release().await.unwrap();
 }
+
+/// A MultiLock's all-members call runs in a task of its own: the members'
+/// holds are still the calling task's, and a member held by another task
+/// through a shared handle shuts the MultiLock out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_sees_the_tasks_of_its_members() {
+    let (_server, client) = setup(Duration::from_secs(10)).await;
+    let a = client.lock("{shared-multi}a").unwrap();
+    let b = client.lock("{shared-multi}b").unwrap();
+    let multi = Arc::new(locksmith::MultiLock::new([a.clone().into(), b.clone().into()]).unwrap());
+
+    // Taken in this task: this task re-enters a member.
+    let together = multi.lock().await.unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(5), a.try_lock())
+        .await
+        .expect("no wait on this task's own hold")
+        .unwrap()
+        .expect("this task re-enters its member");
+    // Another task does not get into it, through the member or the MultiLock.
+    let (other_a, other_multi) = (a.clone(), multi.clone());
+    let shut_out = tokio::spawn(async move {
+        (
+            other_a.try_lock().await.unwrap().is_none(),
+            other_multi.try_lock().await.unwrap().is_none(),
+        )
+    });
+    assert_eq!(shut_out.await.unwrap(), (true, true));
+    again.release().await.unwrap();
+    together.release().await.unwrap();
+
+    // A member held by this task shuts out another task's MultiLock.
+    let held = a.lock().await.unwrap();
+    let other_multi = multi.clone();
+    let shut_out = tokio::spawn(async move { other_multi.try_lock().await.unwrap().is_none() });
+    assert!(shut_out.await.unwrap(), "the member is this task's");
+    held.release().await.unwrap();
+    assert!(!a.is_locked().await.unwrap() && !b.is_locked().await.unwrap());
+}
+
+/// A local release that hands the lock to a parked waiter of the shared
+/// handle does not make the hold the releasing task's.
+#[tokio::test(flavor = "current_thread")]
+async fn a_handed_over_hold_is_the_waiters() {
+    let (_server, client) = setup(Duration::from_secs(10)).await;
+    let shared = client.lock("shared-handoff").unwrap();
+    let other = client.lock("shared-handoff").unwrap();
+    let held = other.lock().await.unwrap();
+    let waiter = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let guard = shared.lock().await.unwrap();
+            let again = shared.try_lock().await.unwrap().expect("its own hold");
+            again.release().await.unwrap();
+            guard
+        })
+    };
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            client.parked_waiter_count() == 1
+        })
+        .await
+    );
+    held.release().await.unwrap();
+    assert!(
+        shared.try_lock().await.unwrap().is_none(),
+        "the releasing task got into the waiter's hold"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(client.local_handoff_count(), 1);
+    guard.release().await.unwrap();
+}

@@ -234,6 +234,26 @@ impl Address {
         format!("{scheme}://{userinfo}")
     }
 
+    /// A cluster's seed nodes as the caller gave them (URLs of single
+    /// nodes, `redis://[user:pass@]host:port`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no seeds, or a seed redis-rs refuses.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn seeds(seeds: &[String]) -> Result<Address> {
+        if seeds.is_empty() {
+            return Err(Error::invalid("a cluster needs at least one seed node"));
+        }
+        for seed in seeds {
+            seed.as_str()
+                .into_connection_info()
+                .map_err(|e| Error::invalid(format!("bad cluster seed {:?}: {e}", redact(seed))))?;
+        }
+        Ok(Address::Cluster {
+            seeds: seeds.to_vec(),
+        })
+    }
+
     /// The error for an address whose form this build left out (see
     /// [`Address::parse`], which refuses such a URL first).
     pub(crate) fn unsupported(&self) -> Error {

@@ -41,7 +41,8 @@ fn cluster_client_with(
     retries: u32,
     security: &Security,
 ) -> Result<redis::cluster::ClusterClient> {
-    let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+    let mut builder = security
+        .cluster_base(seeds)
         .connection_timeout(timing.connect)
         .response_timeout(timing.command)
         .retries(retries)

@@ -160,12 +160,6 @@ impl FairLock {
         &self.shared.client
     }
 
-    /// The hold of `episode` was given to the current task (see
-    /// [`ActorGate`]).
-    pub(in crate::lock) fn given(&self, episode: u64) {
-        self.shared.gate.given(episode);
-    }
-
     /// The same owner with a fixed lease (not renewed by the watchdog).
     ///
     /// # Errors
@@ -414,6 +408,7 @@ impl FairLock {
             renew: self.lease.is_none(),
         };
         let lease_state = acquire::record_grant(client, &mut state, grant, hold);
+        shared.gate.given(state.episode);
         Ok(Attempt::Granted(LockGuard::fair(
             self.clone(),
             state.token,

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock};
 use crate::client::Client;
 use crate::engine::conn::ATTEMPTS;
+use crate::engine::hold::{Actor, GATE_POLL};
 use crate::engine::validate;
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -368,9 +369,10 @@ impl MultiLock {
             // In its own task: if this future is dropped mid-call, the
             // task still records the outcome, and guards nobody takes are
             // dropped, which releases them.
-            let attempt = client
-                .tasks()
-                .spawn(attempt_together(locks.clone(), deadline));
+            let attempt =
+                client
+                    .tasks()
+                    .spawn(attempt_together(locks.clone(), deadline, Actor::current()));
             let busy = match attempt.await {
                 Ok(Ok(Together::Granted(guards))) => {
                     let cancelled =
@@ -379,6 +381,13 @@ impl MultiLock {
                     if cancelled {
                         give_back(guards).await;
                         return Ok(None);
+                    }
+                    // Each member's hold is this task's (the grant was made
+                    // in the attempt's own task).
+                    for (lock, guard) in locks.iter().zip(&guards) {
+                        if let Some(episode) = guard.episode() {
+                            lock.shared.gate.given(episode);
+                        }
                     }
                     return Ok(Some(MultiGuard { guards }));
                 }
@@ -491,7 +500,13 @@ enum Together {
 /// acknowledgements (a grant too few replicas saw is undone, as for a
 /// single lock). Each owner's state is held for the call, as [`Lock`]'s
 /// own acquire does.
-async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result<Together> {
+/// `actor` is the caller's task: a member whose owner's hold belongs to
+/// another task is busy for it (see [`ActorGate`](crate::engine::hold::ActorGate)).
+async fn attempt_together(
+    locks: Vec<Lock>,
+    deadline: Option<Instant>,
+    actor: Actor,
+) -> Result<Together> {
     let client = locks[0].client().clone();
     client.admit()?;
     // Each owner's state, as its own acquire takes it; waiting for a
@@ -506,6 +521,13 @@ async fn attempt_together(locks: Vec<Lock>, deadline: Option<Instant>) -> Result
             Ok(state) => states.push(state),
             Err(_) => return Ok(Together::Busy(Duration::ZERO)),
         }
+    }
+    if locks
+        .iter()
+        .zip(&states)
+        .any(|(lock, state)| lock.shared.gate.shuts_out_for(state, actor))
+    {
+        return Ok(Together::Busy(GATE_POLL));
     }
     let script = &*scripts::MULTI_ACQUIRE;
     let mut cmd = script.evalsha(2 * locks.len());

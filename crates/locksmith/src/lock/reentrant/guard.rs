@@ -58,7 +58,6 @@ impl LockGuard {
     }
 
     pub(crate) fn reentrant(lock: Lock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
-        lock.shared.gate.given(episode);
         Self::held(Holder::Reentrant(lock, episode), "lock", token, lease)
     }
 
@@ -72,7 +71,6 @@ impl LockGuard {
     }
 
     pub(crate) fn fair(lock: FairLock, token: u64, episode: u64, lease: Arc<LeaseState>) -> Self {
-        lock.given(episode);
         Self::held(Holder::Fair(lock, episode), "fair-lock", token, lease)
     }
 
@@ -83,7 +81,6 @@ impl LockGuard {
         episode: u64,
         lease: Arc<LeaseState>,
     ) -> Self {
-        lock.given(side, episode);
         let kind = match side {
             Side::Read => "read-lock",
             Side::Write => "write-lock",

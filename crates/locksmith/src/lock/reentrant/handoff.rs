@@ -122,8 +122,15 @@ impl Handoffs {
     }
 
     /// Number of tickets queued across all locks (diagnostics and tests).
+    /// Parked waiters: queued and not in the middle of an attempt of their
+    /// own (a release may hand them the lock, or is doing so).
     pub(crate) fn len(&self) -> usize {
-        self.registry().queues.values().map(VecDeque::len).sum()
+        self.registry()
+            .queues
+            .values()
+            .flatten()
+            .filter(|ticket| !matches!(*ticket.lock_state(), State::Attempting))
+            .count()
     }
 
     /// Hand-offs that landed so far (diagnostics and tests).

@@ -3,10 +3,11 @@
 //! A [`Lock`] is a handle: a lock name plus an *owner*. The owner is this
 //! client's UUID plus a holder id (`<uuid>:<holder-id>`, the shape of
 //! Redisson's `<uuid>:<thread-id>`). Every call to [`Client::lock`] makes a
-//! new owner; clones of a handle share it. Async tasks have no stable
-//! thread identity, so ownership follows the handle, not the task: two
-//! tasks that must exclude each other each call `client.lock(name)`; code
-//! that re-enters the lock passes the same handle (or a clone) down.
+//! new owner; clones of a handle share it. Within the owner, a hold belongs
+//! to the tokio task it was given to (the thread, outside any task), as
+//! Redisson's belongs to a thread (`engine::hold::ActorGate`): that task
+//! re-enters it, and another task using the same handle waits like any
+//! other owner.
 
 mod guard;
 mod handoff;
@@ -147,8 +148,9 @@ impl LockInfo {
 }
 
 impl Client {
-    /// Number of lock waiters parked for local hand-off, for diagnostics
-    /// and tests.
+    /// Number of lock waiters parked for local hand-off (queued, and not in
+    /// the middle of an acquire attempt of their own), for diagnostics and
+    /// tests.
     pub fn parked_waiter_count(&self) -> usize {
         self.room(LockRoom::new).handoffs.len()
     }
@@ -549,6 +551,10 @@ impl Lock {
                 let grant = acquire::Granted::from_reply(&reply);
                 let mut state = reply.state.keep();
                 let lease = acquire::record_grant(client, &mut state, grant, self.hold());
+                // This task's hold (a grant made elsewhere, by a local
+                // release's hand-off or a MultiLock's task, is recorded
+                // where its waiter takes it).
+                self.shared.gate.given(state.episode);
                 Ok(Attempt::Granted(LockGuard::reentrant(
                     self.clone(),
                     state.token,

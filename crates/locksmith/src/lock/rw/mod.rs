@@ -195,14 +195,6 @@ impl ReadWriteLock {
         &self.shared.client
     }
 
-    /// The write hold of `episode` was given to the current task (see
-    /// [`ActorGate`]).
-    pub(in crate::lock) fn given(&self, side: Side, episode: u64) {
-        if side == Side::Write {
-            self.shared.gate.given(episode);
-        }
-    }
-
     /// The same owner with a fixed lease (not renewed by the watchdog).
     ///
     /// # Errors
@@ -490,6 +482,9 @@ impl ReadWriteLock {
         let hold_state = state.side(side);
         let lease_state = acquire::record_grant(client, hold_state, grant, hold);
         let (token, episode) = (hold_state.token, hold_state.episode);
+        if side == Side::Write {
+            shared.gate.given(episode);
+        }
         Ok(Check::Done(LockGuard::read_write(
             self.clone(),
             side,
