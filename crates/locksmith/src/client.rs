@@ -285,6 +285,69 @@ impl ClientBuilder {
         }
     }
 
+    /// Starts a builder for a Sentinel-managed primary whose client
+    /// settings the application already has: `sentinels` are the
+    /// Sentinels' URLs (`redis://[user:pass@]host:port`, credentials being
+    /// the Sentinels' own), `service` the monitored name, and `configure`
+    /// applies the application's settings to the Sentinel client builder
+    /// locksmith makes (the data nodes' user, password, database and TLS
+    /// certificates; the Sentinels' TLS). Every connection to a primary,
+    /// commands and release notifications, comes from that client. The
+    /// `+switch-master` watcher, which makes a failover noticed at once,
+    /// connects to each Sentinel with what its URL says (credentials, a
+    /// `rediss` scheme, the system's CA roots); a Sentinel it cannot reach
+    /// that way is not watched, and a failover is then noticed on the
+    /// first error instead.
+    ///
+    /// TLS options, a credentials provider and `sentinel_credentials` of
+    /// this builder are refused by `build` ([`Error::InvalidArgument`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> locksmith::Result<()> {
+    /// let locks = locksmith::ClientBuilder::from_sentinel(
+    ///     ["redis://10.0.0.5:26379", "redis://10.0.0.6:26379"],
+    ///     "orders",
+    ///     |builder| {
+    ///         builder
+    ///             .set_client_to_redis_username("app")
+    ///             .set_client_to_redis_password("secret")
+    ///     },
+    /// )
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn from_sentinel<I, S, F>(sentinels: I, service: impl Into<String>, configure: F) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+        F: Fn(redis::sentinel::SentinelClientBuilder) -> redis::sentinel::SentinelClientBuilder
+            + Send
+            + Sync
+            + 'static,
+    {
+        let sentinels: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        let service = service.into();
+        ClientBuilder {
+            url: Address::Sentinel {
+                sentinels: sentinels.clone(),
+                service: service.clone(),
+                username: None,
+                password: None,
+                db: 0,
+            }
+            .describe(),
+            config: Config::default(),
+            given: Some(Given::Sentinel(
+                std::sync::Arc::new(configure),
+                sentinels,
+                service,
+            )),
+        }
+    }
+
     /// How long a connection attempt may take before failing with
     /// [`Error::Connect`] or [`Error::Timeout`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -582,6 +645,8 @@ impl ClientBuilder {
             Some(Given::Single(_, url)) => Address::Single(url.clone()),
             #[cfg(feature = "cluster")]
             Some(Given::Cluster(_, seeds)) => Address::seeds(seeds)?,
+            #[cfg(feature = "sentinel")]
+            Some(Given::Sentinel(_, sentinels, service)) => Address::sentinels(sentinels, service)?,
             None => Address::parse(&self.url, config.tls.wanted())?,
         };
         if let Some(credentials) = &config.sentinel_credentials {
@@ -595,7 +660,10 @@ impl ClientBuilder {
         let tasks = Tasks::default();
         let mut security = match self.given {
             Some(given) => {
-                if config.tls.wanted() || config.credentials.is_some() {
+                if config.tls.wanted()
+                    || config.credentials.is_some()
+                    || config.sentinel_credentials.is_some()
+                {
                     return Err(Error::invalid(
                         "a client built from a redis-rs client or cluster configuration takes \
                          its TLS settings and credentials from it: set them there, not on the \

@@ -221,7 +221,20 @@ pub(crate) enum Given {
     /// own timeouts, retries and push settings.
     #[cfg(feature = "cluster")]
     Cluster(ClusterConfig, Vec<String>),
+    /// A Sentinel group: what to set on the Sentinel client builder
+    /// (the data nodes' user, password, database and TLS; the Sentinels'
+    /// TLS), the Sentinels' URLs and the service name.
+    #[cfg(feature = "sentinel")]
+    Sentinel(SentinelConfig, Vec<String>, String),
 }
+
+/// The caller's settings for the Sentinel client a client makes.
+#[cfg(feature = "sentinel")]
+pub(crate) type SentinelConfig = Arc<
+    dyn Fn(redis::sentinel::SentinelClientBuilder) -> redis::sentinel::SentinelClientBuilder
+        + Send
+        + Sync,
+>;
 
 /// The caller's settings for the cluster clients a client makes.
 #[cfg(feature = "cluster")]
@@ -234,6 +247,10 @@ impl fmt::Debug for Given {
             Given::Single(_, url) => write!(f, "Given::Single({url})"),
             #[cfg(feature = "cluster")]
             Given::Cluster(_, seeds) => write!(f, "Given::Cluster({seeds:?})"),
+            #[cfg(feature = "sentinel")]
+            Given::Sentinel(_, sentinels, service) => {
+                write!(f, "Given::Sentinel({sentinels:?}, {service:?})")
+            }
         }
     }
 }
@@ -370,7 +387,21 @@ impl Security {
                 "a client built from a cluster configuration makes no node clients; \
                  make them from that configuration",
             )),
+            #[cfg(feature = "sentinel")]
+            Given::Sentinel(..) => Err(Error::invalid(
+                "a client built from a Sentinel configuration makes no node clients; \
+                 make them from that configuration",
+            )),
         })
+    }
+
+    /// The caller's Sentinel settings, for a client built from them.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn given_sentinel(&self) -> Option<&SentinelConfig> {
+        match self.given.as_deref()? {
+            Given::Sentinel(configure, ..) => Some(configure),
+            _ => None,
+        }
     }
 
     /// The same, authenticating with `rotation`'s latest credentials.

@@ -221,3 +221,62 @@ async fn a_cluster_configuration_of_the_application_serves_locks() {
     );
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_configuration_of_the_application_serves_locks() {
+    let group = tokio::task::spawn_blocking(|| {
+        let group = locksmith_testkit::SentinelGroup::start().expect("a Sentinel group");
+        for node in group.nodes() {
+            let _: () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("app")
+                .arg(&["on", ">s3ntinel", "~*", "&*", "+@all"][..])
+                .query(&mut node.connection().unwrap())
+                .unwrap();
+        }
+        group
+    })
+    .await
+    .unwrap();
+    let build = || {
+        ClientBuilder::from_sentinel(group.sentinel_urls(), group.master_name(), |builder| {
+            builder
+                .set_client_to_redis_username("app")
+                .set_client_to_redis_password("s3ntinel")
+                .set_client_to_redis_db(4)
+        })
+        .build()
+    };
+    let a = build().await.unwrap();
+    let b = build().await.unwrap();
+    assert_eq!(a.topology(), locksmith::Topology::Sentinel);
+    let whoami: String = redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(&mut a.connection())
+        .await
+        .unwrap();
+    assert_eq!(
+        whoami, "app",
+        "the data nodes' credentials came from the configuration"
+    );
+    hand_over(&a, &b, "own-sentinel").await;
+    let guard = a.lock("own-sentinel-db").unwrap().lock().await.unwrap();
+    let mut primary = redis::Client::open(format!("{}/4", group.primary_url()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("own-sentinel-db")
+        .query(&mut primary)
+        .unwrap();
+    assert!(exists, "the configuration's database");
+    guard.release().await.unwrap();
+    // Our own Sentinel settings beside it would be a second source.
+    let e = ClientBuilder::from_sentinel(group.sentinel_urls(), group.master_name(), |b| b)
+        .sentinel_credentials(Some("x"), "y")
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+}

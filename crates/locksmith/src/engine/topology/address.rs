@@ -254,6 +254,33 @@ impl Address {
         })
     }
 
+    /// A Sentinel group as the caller gave it: the Sentinels' URLs and the
+    /// service name (the data nodes' settings are the caller's own).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no Sentinels, an empty service name,
+    /// or a URL redis-rs refuses.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn sentinels(sentinels: &[String], service: &str) -> Result<Address> {
+        if sentinels.is_empty() || service.is_empty() {
+            return Err(Error::invalid(
+                "a Sentinel group needs at least one Sentinel and a service name",
+            ));
+        }
+        for sentinel in sentinels {
+            sentinel.as_str().into_connection_info().map_err(|e| {
+                Error::invalid(format!("bad Sentinel URL {:?}: {e}", redact(sentinel)))
+            })?;
+        }
+        Ok(Address::Sentinel {
+            sentinels: sentinels.to_vec(),
+            service: service.to_owned(),
+            username: None,
+            password: None,
+            db: 0,
+        })
+    }
+
     /// The error for an address whose form this build left out (see
     /// [`Address::parse`], which refuses such a URL first).
     pub(crate) fn unsupported(&self) -> Error {

@@ -310,13 +310,18 @@ fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelCli
         .map(|s| s.as_str().into_connection_info())
         .collect::<redis::RedisResult<Vec<_>>>()
         .map_err(bad)?;
-    let mut builder = SentinelClientBuilder::new(
+    let builder = SentinelClientBuilder::new(
         infos.iter().map(|i| i.addr().clone()),
         service.clone(),
         SentinelServerType::Master,
     )
-    .map_err(bad)?
-    .set_client_to_redis_db(*db);
+    .map_err(bad)?;
+    if let Some(configure) = security.given_sentinel() {
+        // The caller's settings: the data nodes' user, password, database
+        // and TLS, and the Sentinels' TLS.
+        return configure(builder).build().map_err(bad);
+    }
+    let mut builder = builder.set_client_to_redis_db(*db);
     let (username, password) = match security.current_credentials() {
         Some(c) => (
             c.username.or_else(|| Some("default".to_owned())),
