@@ -926,6 +926,8 @@ impl Client {
     /// caller's own: it reconnects by itself after failures, follows a
     /// Sentinel failover, and routes by key on a cluster.
     pub fn connection(&self) -> Connection {
+        // A later runtime's commands reconnect with fresh credentials.
+        self.inner.security.keep_refreshing();
         Connection(self.inner.conn.clone())
     }
 
@@ -1171,6 +1173,7 @@ impl Client {
     /// Called by releases (which [`Client::admit`] does not gate).
     pub(crate) fn ensure_background(&self) {
         self.inner.renewer.ensure_running();
+        self.inner.security.keep_refreshing();
     }
 
     /// True once [`Client::close`] was called (on this handle or any

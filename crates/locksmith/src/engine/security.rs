@@ -102,16 +102,33 @@ pub trait CredentialsProvider: Send + Sync + 'static {
 }
 
 /// A client's rotating credentials: the latest answer of its provider,
-/// refreshed by a background task.
+/// refreshed by a background task. The task runs on the runtime that last
+/// used the client: when that runtime ends, the next use on another one
+/// starts it again there, asking the provider at once (the credentials may
+/// have rotated meanwhile), as the watchdog and the pub/sub task do.
 #[derive(Clone)]
 pub(crate) struct Rotation {
     latest: watch::Receiver<Credentials>,
+    shared: Arc<RotationShared>,
+}
+
+/// What the refresh task needs, shared by the clones of a [`Rotation`].
+struct RotationShared {
+    provider: Arc<dyn CredentialsProvider>,
+    refresh: Duration,
+    timeout: Duration,
+    /// Where a new answer goes.
+    tx: watch::Sender<Credentials>,
+    /// The refresh task, restarted on the current runtime when it ended.
+    task: crate::engine::task::TaskSlot,
+    /// Fires when the client closes: the task ends for good.
+    tasks: crate::engine::task::Tasks,
 }
 
 impl Rotation {
     /// Asks `provider` once (bounded by `timeout`), and then every
-    /// `refresh` in a task of `tasks` that ends when they stop or every
-    /// receiver is gone.
+    /// `refresh` in a background task that ends when the client closes or
+    /// every handle is gone.
     pub(crate) async fn start(
         provider: Arc<dyn CredentialsProvider>,
         refresh: Duration,
@@ -122,42 +139,86 @@ impl Rotation {
             .await
             .map_err(|_| Error::Timeout(timeout))??;
         let (tx, latest) = watch::channel(first);
-        let stopped = tasks.stopped();
-        tasks.detach(
-            "refreshing credentials",
-            "the credentials are not refreshed",
-            async move {
-                tokio::pin!(stopped);
-                loop {
-                    tokio::select! {
-                        () = &mut stopped => return,
-                        () = tx.closed() => return,
-                        () = tokio::time::sleep(refresh) => {}
-                    }
-                    match tokio::time::timeout(timeout, provider.credentials()).await {
-                        Ok(Ok(next)) => {
-                            tx.send_if_modified(|current| {
-                                let changed = *current != next;
-                                *current = next;
-                                changed
-                            });
-                        }
-                        Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "credentials provider failed; keeping the last credentials");
-                        }
-                        Err(_) => {
-                            tracing::warn!("credentials provider did not answer in time; keeping the last credentials");
-                        }
-                    }
-                }
-            },
-        );
-        Ok(Rotation { latest })
+        let rotation = Rotation {
+            latest,
+            shared: Arc::new(RotationShared {
+                provider,
+                refresh,
+                timeout,
+                tx,
+                task: crate::engine::task::TaskSlot::default(),
+                tasks: tasks.clone(),
+            }),
+        };
+        rotation
+            .shared
+            .task
+            .ensure(|| refresh_credentials(Arc::downgrade(&rotation.shared), false));
+        Ok(rotation)
+    }
+
+    /// Starts the refresh task again on the current runtime if the runtime
+    /// it ran on has ended (it then asks the provider at once).
+    pub(crate) fn keep_refreshing(&self) {
+        if self.shared.tasks.is_closed() {
+            return;
+        }
+        let shared = Arc::downgrade(&self.shared);
+        if self
+            .shared
+            .task
+            .ensure(|| refresh_credentials(shared, true))
+        {
+            tracing::debug!("the credentials refresh restarted on this runtime");
+        }
     }
 
     /// The latest credentials.
     pub(crate) fn current(&self) -> Credentials {
+        self.keep_refreshing();
         self.latest.borrow().clone()
+    }
+}
+
+/// The refresh loop: every `refresh` (and first of all with `at_once`),
+/// asks the provider and publishes a changed answer. Ends when the client
+/// closes or the rotation is gone.
+async fn refresh_credentials(shared: std::sync::Weak<RotationShared>, mut at_once: bool) {
+    let Some(stopped) = shared.upgrade().map(|s| s.tasks.stopped()) else {
+        return;
+    };
+    tokio::pin!(stopped);
+    loop {
+        let Some(refresh) = shared.upgrade().map(|s| s.refresh) else {
+            return;
+        };
+        if !at_once {
+            tokio::select! {
+                () = &mut stopped => return,
+                () = tokio::time::sleep(refresh) => {}
+            }
+        }
+        at_once = false;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        match tokio::time::timeout(strong.timeout, strong.provider.credentials()).await {
+            Ok(Ok(next)) => {
+                strong.tx.send_if_modified(|current| {
+                    let changed = *current != next;
+                    *current = next;
+                    changed
+                });
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "credentials provider failed; keeping the last credentials");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "credentials provider did not answer in time; keeping the last credentials"
+                );
+            }
+        }
     }
 }
 
@@ -414,6 +475,14 @@ impl Security {
     #[cfg(feature = "sentinel")]
     pub(crate) fn rotates(&self) -> bool {
         self.rotation.is_some()
+    }
+
+    /// Starts the credentials refresh again on the current runtime if the
+    /// runtime it ran on has ended.
+    pub(crate) fn keep_refreshing(&self) {
+        if let Some(rotation) = &self.rotation {
+            rotation.keep_refreshing();
+        }
     }
 
     /// The latest rotating credentials, if they rotate.

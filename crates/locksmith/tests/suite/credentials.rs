@@ -205,3 +205,64 @@ async fn a_provider_that_fails_at_build_fails_the_build() {
         .unwrap_err();
     assert!(e.is_invalid_argument(), "{e}");
 }
+
+/// A client built on one runtime and used on a later one keeps refreshing
+/// its credentials: the refresh task, which ended with the first runtime,
+/// starts again on the second (asking the provider at once), so a
+/// password rotated meanwhile reaches the reconnecting connections.
+#[test]
+fn credentials_keep_rotating_on_a_later_runtime() {
+    let server = server_with_user();
+    let vault = Vault::default();
+    vault.set("first-pass");
+    let runtime = |_| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime(1);
+    let client = first.block_on(async {
+        let client = client(&server, &vault).await;
+        client
+            .lock("rotate-later")
+            .unwrap()
+            .lock()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        client
+    });
+    drop(first);
+
+    let second = runtime(2);
+    second.block_on(async {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("app")
+            .arg("resetpass")
+            .arg(">second-pass")
+            .query(&mut admin(&server))
+            .unwrap();
+        vault.set("second-pass");
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg("app")
+            .query(&mut admin(&server))
+            .unwrap();
+        // Past the refresh period: a running refresh task would have the
+        // new password by now.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let guard = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.lock("rotate-later").unwrap().lock(),
+        )
+        .await
+        .expect("no hang")
+        .expect("the reconnect logs in with the rotated password");
+        guard.release().await.unwrap();
+    });
+}
