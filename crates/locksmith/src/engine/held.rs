@@ -35,6 +35,16 @@ pub(crate) trait Holding: Send + Sized + 'static {
     /// undone is finished in the background.
     fn release(self) -> impl Future<Output = Result<()>> + Send;
 
+    /// Gives the hold up locally when its release cannot run (a guard
+    /// dropped outside any runtime, or whose release task was dropped
+    /// unrun by a runtime shutting down): nothing renews it any more, so
+    /// its lease runs out on the server. Answers false when that could not
+    /// be done (the owner's state was busy). Kinds whose watchdog entry
+    /// goes with the holding itself need nothing.
+    fn abandon(&self) -> bool {
+        true
+    }
+
     /// Whether a failed release of a dropped hold is worth a warning
     /// (some outcomes are expected when nobody is left to tell).
     fn worth_a_warning(_error: &Error) -> bool {
@@ -131,7 +141,17 @@ impl<H: Holding, L> Drop for Held<H, L> {
         };
         let tasks = holding.tasks().clone();
         let (what, left) = H::DROPPED;
+        if tokio::runtime::Handle::try_current().is_err() {
+            // No runtime to release on: give the hold up, so that no
+            // watchdog (the client's, on another runtime) keeps it alive.
+            abandoned(&holding, what, left, "outside a Tokio runtime");
+            return;
+        }
+        let unrun = Unrun(Some(holding));
         tasks.detach(what, left, async move {
+            let Some(holding) = unrun.take() else {
+                return;
+            };
             let name = holding.name().to_owned();
             if let Err(e) = holding.release().await {
                 if H::worth_a_warning(&e) {
@@ -139,6 +159,34 @@ impl<H: Holding, L> Drop for Held<H, L> {
                 }
             }
         });
+    }
+}
+
+/// A dropped guard's hold until its release task first runs: a task
+/// dropped unrun (by a runtime shutting down) gives the hold up.
+struct Unrun<H: Holding>(Option<H>);
+
+impl<H: Holding> Unrun<H> {
+    fn take(mut self) -> Option<H> {
+        self.0.take()
+    }
+}
+
+impl<H: Holding> Drop for Unrun<H> {
+    fn drop(&mut self) {
+        if let Some(holding) = self.0.take() {
+            let (what, left) = H::DROPPED;
+            abandoned(&holding, what, left, "and its runtime shut down first");
+        }
+    }
+}
+
+/// Gives up `holding` whose release cannot run, and says so.
+fn abandoned<H: Holding>(holding: &H, what: &str, left: &str, why: &str) {
+    if holding.abandon() {
+        tracing::warn!(name = %holding.name(), "{what} {why}; its release cannot run: {left} (no longer renewed)");
+    } else {
+        tracing::warn!(name = %holding.name(), "{what} {why}; its release cannot run, and it could not be given up while a call of its owner was under way: it may be renewed until that owner's next release");
     }
 }
 

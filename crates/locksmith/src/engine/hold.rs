@@ -181,6 +181,27 @@ impl HoldState {
         }
     }
 
+    /// Gives up this owner's hold of `episode` locally (its release cannot
+    /// run): count zero, no longer renewed, its lease marked lost. Answers
+    /// false when the state is locked by a call under way.
+    pub(crate) fn abandon(state: &tokio::sync::Mutex<HoldState>, episode: u64) -> bool {
+        match state.try_lock() {
+            Ok(mut state) => {
+                state.give_up(episode);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Forgets the hold of `episode` (see [`HoldState::forget`]), if it is
+    /// still this owner's.
+    pub(crate) fn give_up(&mut self, episode: u64) {
+        if self.is_episode(Some(episode)) {
+            self.forget();
+        }
+    }
+
     /// Before undoing a grant whose reply was never read: the undo's
     /// release must not take a receipt of an earlier episode for its own
     /// (episode 0 matches no receipt but the undo's own).

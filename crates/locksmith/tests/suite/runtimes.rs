@@ -104,3 +104,94 @@ fn the_lost_signal_fires_on_its_own_when_no_client_task_runs() {
         drop(client);
     });
 }
+
+/// Whether `name` still exists on `server` after `wait`.
+fn exists_after(server: &RedisServer, name: &str, wait: Duration) -> bool {
+    std::thread::sleep(wait);
+    redis::cmd("EXISTS")
+        .arg(name)
+        .query::<bool>(&mut server.connection().unwrap())
+        .unwrap()
+}
+
+/// A guard dropped while its runtime shuts down (its task is dropped with
+/// the runtime, and the release it spawns never runs): the hold is given
+/// up locally, so the client's watchdog, running again on a later runtime,
+/// does not keep the lock alive past its lease.
+#[test]
+fn a_guard_dropped_by_a_runtime_shutting_down_is_not_renewed_on() {
+    let server = RedisServer::start().unwrap();
+    let lease = Duration::from_secs(1);
+    let first = runtime();
+    // The handle stays (a service keeps it): its owner's state outlives
+    // the guard.
+    let (client, _handle) = first.block_on(async {
+        let client = Client::builder(server.url())
+            .lease(lease)
+            .build()
+            .await
+            .unwrap();
+        let handle = client.lock("rt-shutdown").unwrap();
+        let guard = handle.lock().await.unwrap();
+        // The guard lives in a task that never ends: the shutdown drops it.
+        tokio::spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        (client, handle)
+    });
+    drop(first);
+
+    let second = runtime();
+    second.block_on(async {
+        // The client goes on here: its watchdog starts again.
+        let other = client.lock("rt-shutdown-other").unwrap();
+        other.lock().await.unwrap().release().await.unwrap();
+    });
+    let gone = !exists_after(&server, "rt-shutdown", lease * 3);
+    assert!(gone, "the dropped guard's lock is renewed on");
+    drop(second);
+}
+
+/// A guard that outlives its runtime and is dropped afterwards, on a
+/// thread with no runtime, while the client lives on in another runtime:
+/// the lock is not renewed on either.
+#[test]
+fn a_guard_dropped_after_its_runtime_ended_is_not_renewed_on() {
+    let server = RedisServer::start().unwrap();
+    let lease = Duration::from_secs(1);
+    let first = runtime();
+    let (client, _handle, guard) = first.block_on(async {
+        let client = Client::builder(server.url())
+            .lease(lease)
+            .build()
+            .await
+            .unwrap();
+        let handle = client.lock("rt-outlived").unwrap();
+        let guard = handle.lock().await.unwrap();
+        (client, handle, guard)
+    });
+    drop(first);
+    let second = runtime();
+    second.block_on(async {
+        // The watchdog runs again, on this runtime.
+        let other = client.lock("rt-outlived-other").unwrap();
+        other.lock().await.unwrap().release().await.unwrap();
+    });
+    // Dropped here, outside any runtime.
+    drop(guard);
+    let handle = std::thread::spawn({
+        let client = client.clone();
+        move || {
+            // Keep the second runtime busy with the client meanwhile.
+            second.block_on(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                drop(client);
+            });
+        }
+    });
+    let gone = !exists_after(&server, "rt-outlived", lease * 3);
+    handle.join().unwrap();
+    assert!(gone, "the dropped guard's lock is renewed on");
+}

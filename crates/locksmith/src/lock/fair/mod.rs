@@ -441,6 +441,12 @@ impl FairLock {
         self.releaser().release_one(episode).await
     }
 
+    /// Gives up this owner's hold of `episode` locally, when a dropped
+    /// guard's release cannot run (see `Holding::abandon`).
+    pub(super) fn abandon(&self, episode: u64) -> bool {
+        HoldState::abandon(&self.shared.state, episode)
+    }
+
     /// Moves the lease end of this owner's hold of `episode` forward (used
     /// by [`LockGuard::extend`]); `Ok(false)` when that hold is gone.
     pub(super) async fn extend_hold(&self, episode: u64, lease: Duration) -> Result<bool> {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::held::{Held, Holding};
+use crate::engine::hold::HoldState;
 use crate::engine::lease::LeaseState;
 use crate::engine::observe::Grant;
 use crate::engine::renewal::Registration;
@@ -233,6 +234,16 @@ impl Holding for Holder {
 
     fn tasks(&self) -> &Tasks {
         self.client().tasks()
+    }
+
+    fn abandon(&self) -> bool {
+        match self {
+            Holder::Reentrant(lock, episode) => HoldState::abandon(&lock.shared.state, *episode),
+            Holder::Fair(lock, episode) => lock.abandon(*episode),
+            Holder::ReadWrite(lock, side, episode) => lock.abandon(*side, *episode),
+            // Its watchdog entry goes with the holding.
+            Holder::Simple { .. } => true,
+        }
     }
 
     /// Releases the hold. Cancel safe (see [`LockGuard::release`]).

@@ -523,6 +523,18 @@ impl ReadWriteLock {
         self.releaser(side).release_one(episode).await
     }
 
+    /// Gives up this owner's `side` hold of `episode` locally, when a
+    /// dropped guard's release cannot run (see `Holding::abandon`).
+    pub(super) fn abandon(&self, side: Side, episode: u64) -> bool {
+        match self.shared.state.try_lock() {
+            Ok(mut state) => {
+                state.side(side).give_up(episode);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Moves the lease end of this owner's `side` hold of `episode`
     /// forward (used by [`LockGuard::extend`]); `Ok(false)` when that hold
     /// is gone.
