@@ -168,14 +168,24 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The URL as given.
-    pub(crate) fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The options collected so far.
     pub(crate) fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the builder will connect to, as errors describe it (for
+    /// telling Redlock's nodes apart).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a URL that does not parse.
+    pub(crate) fn describe_address(&self) -> Result<String> {
+        match &self.given {
+            Some(Given::Single(_, url)) => Ok(Address::Single(url.clone()).describe()),
+            // Built as the description of the given seeds or Sentinels.
+            #[allow(unreachable_patterns)]
+            Some(_) => Ok(self.url.clone()),
+            None => Address::parse(&self.url, self.config.tls.wanted()).map(|a| a.describe()),
+        }
     }
 
     /// Default bound on establishing a connection: 5 seconds.
@@ -665,9 +675,9 @@ impl ClientBuilder {
                     || config.sentinel_credentials.is_some()
                 {
                     return Err(Error::invalid(
-                        "a client built from a redis-rs client or cluster configuration takes \
-                         its TLS settings and credentials from it: set them there, not on the \
-                         builder",
+                        "a client built from a redis-rs client, cluster or Sentinel configuration \
+                         takes its TLS settings and credentials from it: set them there, not on \
+                         the builder",
                     ));
                 }
                 Security::given(given)
@@ -971,6 +981,8 @@ impl Client {
 
     /// The shared connection, for the library's own commands.
     pub(crate) fn conn(&self) -> Conn {
+        // A call on a later runtime reconnects with fresh credentials.
+        self.inner.security.keep_refreshing();
         self.inner.conn.clone()
     }
 
@@ -1044,10 +1056,11 @@ impl Client {
     /// [`Error::InvalidArgument`] for an address that does not make a
     /// valid URL. A client built from a redis-rs client
     /// ([`ClientBuilder::from_redis_client`]) answers that client for its
-    /// own server and refuses other addresses; one built from a cluster
-    /// configuration ([`ClientBuilder::from_cluster`]) refuses every
-    /// address: node clients come from that configuration, which only the
-    /// application can apply.
+    /// own server and refuses other addresses; one built from a cluster or
+    /// Sentinel configuration ([`ClientBuilder::from_cluster`],
+    /// [`ClientBuilder::from_sentinel`]) refuses every address: node
+    /// clients come from that configuration, which only the application
+    /// can apply.
     pub fn node_client(&self, addr: &str) -> Result<redis::Client> {
         if let Some(given) = self.inner.security.given_node(addr) {
             return given;

@@ -123,6 +123,15 @@ struct RotationShared {
     task: crate::engine::task::TaskSlot,
     /// Fires when the client closes: the task ends for good.
     tasks: crate::engine::task::Tasks,
+    /// Cancelled when the last handle goes: the task ends at once instead
+    /// of at its next wake-up.
+    dropped: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for RotationShared {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+    }
 }
 
 impl Rotation {
@@ -148,6 +157,7 @@ impl Rotation {
                 tx,
                 task: crate::engine::task::TaskSlot::default(),
                 tasks: tasks.clone(),
+                dropped: tokio_util::sync::CancellationToken::new(),
             }),
         };
         rotation
@@ -184,10 +194,14 @@ impl Rotation {
 /// asks the provider and publishes a changed answer. Ends when the client
 /// closes or the rotation is gone.
 async fn refresh_credentials(shared: std::sync::Weak<RotationShared>, mut at_once: bool) {
-    let Some(stopped) = shared.upgrade().map(|s| s.tasks.stopped()) else {
+    let Some((stopped, dropped)) = shared
+        .upgrade()
+        .map(|s| (s.tasks.stopped(), s.dropped.clone().cancelled_owned()))
+    else {
         return;
     };
     tokio::pin!(stopped);
+    tokio::pin!(dropped);
     loop {
         let Some(refresh) = shared.upgrade().map(|s| s.refresh) else {
             return;
@@ -195,6 +209,7 @@ async fn refresh_credentials(shared: std::sync::Weak<RotationShared>, mut at_onc
         if !at_once {
             tokio::select! {
                 () = &mut stopped => return,
+                () = &mut dropped => return,
                 () = tokio::time::sleep(refresh) => {}
             }
         }
@@ -412,14 +427,20 @@ impl Security {
 
     /// Connections made from the caller's own redis-rs configuration.
     pub(crate) fn given(given: Given) -> Security {
-        // (Irrefutable in a build without `cluster`.)
+        // A given configuration that speaks TLS needs a crypto provider as
+        // much as a `rediss://` URL (the closures' TLS settings cannot be
+        // read, so a cluster or Sentinel configuration always gets one).
         #[cfg(feature = "tls")]
-        #[allow(irrefutable_let_patterns)]
-        if let Given::Single(client, _) = &given {
-            if matches!(
-                client.get_connection_info().addr(),
-                redis::ConnectionAddr::TcpTls { .. }
-            ) {
+        {
+            let tls = match &given {
+                Given::Single(client, _) => matches!(
+                    client.get_connection_info().addr(),
+                    redis::ConnectionAddr::TcpTls { .. }
+                ),
+                #[allow(unreachable_patterns)]
+                _ => true,
+            };
+            if tls {
                 ensure_crypto_provider();
             }
         }

@@ -280,3 +280,24 @@ async fn a_sentinel_configuration_of_the_application_serves_locks() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
 }
+
+/// Redlock nodes given as the application's own redis-rs clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_nodes_from_the_applications_clients() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let builders = servers
+        .iter()
+        .map(|s| ClientBuilder::from_redis_client(redis::Client::open(s.url()).unwrap()));
+    let nodes = locksmith::RedlockNodes::connect_with(builders)
+        .await
+        .unwrap();
+    let guard = nodes.lock("own-redlock").unwrap().lock().await.unwrap();
+    for server in &servers {
+        let held: bool = redis::cmd("EXISTS")
+            .arg("own-redlock")
+            .query(&mut server.connection().unwrap())
+            .unwrap();
+        assert!(held, "held on every node");
+    }
+    guard.release().await.unwrap();
+}

@@ -75,6 +75,23 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
         .expect("connect through password-protected Sentinels");
     let guard = client.lock("sentinel-auth").unwrap().lock().await.unwrap();
     guard.release().await.unwrap();
+    // The same through the application's own Sentinel configuration: the
+    // Sentinels' credentials in their URLs, the data nodes' in the closure.
+    let sentinels: Vec<String> = group
+        .sentinel_addrs()
+        .iter()
+        .map(|a| format!("redis://watcher:sentinel-pass@{a}"))
+        .collect();
+    let own = locksmith::ClientBuilder::from_sentinel(sentinels, group.master_name(), |b| {
+        b.set_client_to_redis_username("app")
+            .set_client_to_redis_password("data-pass")
+    })
+    .connect_timeout(Duration::from_secs(2))
+    .build()
+    .await
+    .expect("the Sentinels' credentials come from their URLs");
+    let guard = own.lock("sentinel-auth-own").unwrap().lock().await.unwrap();
+    guard.release().await.unwrap();
     // Without the data nodes' credentials the Sentinels still answer, the
     // primary does not.
     let bare = format!(

@@ -316,9 +316,20 @@ fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelCli
         SentinelServerType::Master,
     )
     .map_err(bad)?;
+    // The Sentinels' own credentials come from their URLs (the first
+    // one's, as redis-rs takes one set for all).
+    let mut builder = builder;
+    if let Some(first) = infos.first() {
+        if let Some(u) = first.redis_settings().username() {
+            builder = builder.set_client_to_sentinel_username(u);
+        }
+        if let Some(p) = first.redis_settings().password() {
+            builder = builder.set_client_to_sentinel_password(p);
+        }
+    }
     if let Some(configure) = security.given_sentinel() {
-        // The caller's settings: the data nodes' user, password, database
-        // and TLS, and the Sentinels' TLS.
+        // The caller's settings, which may override those: the data nodes'
+        // user, password, database and TLS, and the Sentinels' TLS.
         return configure(builder).build().map_err(bad);
     }
     let mut builder = builder.set_client_to_redis_db(*db);
@@ -334,14 +345,6 @@ fn sentinel_client(address: &Address, security: &Security) -> Result<SentinelCli
     }
     if let Some(p) = password {
         builder = builder.set_client_to_redis_password(p);
-    }
-    if let Some(first) = infos.first() {
-        if let Some(u) = first.redis_settings().username() {
-            builder = builder.set_client_to_sentinel_username(u);
-        }
-        if let Some(p) = first.redis_settings().password() {
-            builder = builder.set_client_to_sentinel_password(p);
-        }
     }
     security
         .sentinel(builder, address.is_tls())

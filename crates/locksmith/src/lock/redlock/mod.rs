@@ -224,10 +224,7 @@ impl RedlockNodes {
         check_count(builders.len())?;
         let addrs = builders
             .iter()
-            .map(|b| {
-                crate::engine::topology::Address::parse(b.url(), b.config().tls.wanted())
-                    .map(|a| a.describe())
-            })
+            .map(ClientBuilder::describe_address)
             .collect::<Result<Vec<_>>>()?;
         check_distinct(addrs.iter().map(String::as_str))?;
         let lease = builders[0].config().lease;
