@@ -547,9 +547,19 @@ fn nodes_of(addr: &str) -> Result<Vec<NodeLine>, String> {
 /// a port from the ephemeral range.
 fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
     let mut last_err = None;
+    // Redis 6.0 knows neither `cluster-port` (its bus is always the port
+    // plus 10000) nor `cluster-allow-replica-migration` (6.2).
+    let redis6 = crate::versions::server_id() == "redis6";
     for _ in 0..5 {
         let port = free_port()?;
-        let bus = free_port()?;
+        let bus = if redis6 {
+            match port.checked_add(10000) {
+                Some(bus) if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() => bus,
+                _ => continue,
+            }
+        } else {
+            free_port()?
+        };
         if bus == port {
             continue;
         }
@@ -560,17 +570,20 @@ fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
                 .config("tls-cluster", "yes")
                 .config("tls-replication", "yes");
         }
-        let started = builder
+        builder = builder
             .port(port)
             .config("cluster-enabled", "yes")
             .config("cluster-config-file", "nodes.conf")
             .config("cluster-node-timeout", NODE_TIMEOUT_MS.to_string())
-            .config("cluster-port", bus.to_string())
             // Always allow a replica to take over, however long it was cut off.
-            .config("cluster-replica-validity-factor", "0")
-            // Keep the topology where the tests put it.
-            .config("cluster-allow-replica-migration", "no")
-            .start();
+            .config("cluster-replica-validity-factor", "0");
+        if !redis6 {
+            builder = builder
+                .config("cluster-port", bus.to_string())
+                // Keep the topology where the tests put it.
+                .config("cluster-allow-replica-migration", "no");
+        }
+        let started = builder.start();
         match started {
             Ok(server) => return Ok(server),
             Err(e) => last_err = Some(e),
@@ -591,7 +604,7 @@ fn create(nodes: &[RedisServer], replicas: usize, dir: &std::path::Path) -> io::
         replicas.to_string(),
         "--cluster-yes".to_owned(),
     ]);
-    let mut child = spawn_guarded("redis-cli", &args, |cmd| {
+    let mut child = spawn_guarded(&crate::versions::binary("redis-cli")?, &args, |cmd| {
         cmd.stdin(Stdio::null())
             .stdout(
                 log.try_clone()

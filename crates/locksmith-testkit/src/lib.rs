@@ -31,6 +31,7 @@ mod proxy;
 mod sentinel;
 mod server;
 mod tls;
+mod versions;
 
 pub use cluster::RedisCluster;
 pub use nodes::RedisNodes;
@@ -38,3 +39,4 @@ pub use proxy::{FaultMode, FaultProxy};
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
 pub use tls::TlsFiles;
+pub use versions::{binary, server_id, SERVERS, TEST_SERVER_ENV};

@@ -307,7 +307,10 @@ fn log_tail(dir: &Path) -> String {
 /// waits until it answers as itself (`INFO`'s process id). On failure the process is killed and the
 /// error carries the tail of its log.
 fn launch(port: u16, extra: &[String], conf: Option<&Path>, dir: &Path) -> io::Result<Child> {
-    let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
+    let binary = match std::env::var(REDIS_SERVER_ENV) {
+        Ok(binary) => binary,
+        Err(_) => crate::versions::binary("redis-server")?,
+    };
     // redis-server only takes a config file as its first argument.
     let mut args: Vec<String> = conf.map(|p| p.display().to_string()).into_iter().collect();
     args.extend(

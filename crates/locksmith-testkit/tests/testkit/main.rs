@@ -7,3 +7,4 @@ mod orphans;
 mod proxy;
 mod sentinel;
 mod server;
+mod versions;
