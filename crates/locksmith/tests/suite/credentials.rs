@@ -52,7 +52,7 @@ fn server_with_user() -> RedisServer {
         .arg("on")
         .arg(">admin-pass")
         .arg("~*")
-        .arg("&*")
+        .arg(common::all_channels())
         .arg("+@all")
         .arg("--user")
         .arg("default")
@@ -65,7 +65,7 @@ fn server_with_user() -> RedisServer {
         .arg("on")
         .arg(">first-pass")
         .arg("~*")
-        .arg("&*")
+        .arg(common::all_channels())
         .arg("+@all")
         .query(&mut admin(&server))
         .unwrap();

@@ -160,7 +160,7 @@ async fn a_cluster_configuration_of_the_application_serves_locks() {
             let _: () = redis::cmd("ACL")
                 .arg("SETUSER")
                 .arg("app")
-                .arg(&["on", ">c1uster", "~*", "&*", "+@all"][..])
+                .arg(&["on", ">c1uster", "~*", common::all_channels(), "+@all"][..])
                 .query(&mut node.connection().unwrap())
                 .unwrap();
         }
@@ -230,7 +230,7 @@ async fn a_sentinel_configuration_of_the_application_serves_locks() {
             let _: () = redis::cmd("ACL")
                 .arg("SETUSER")
                 .arg("app")
-                .arg(&["on", ">s3ntinel", "~*", "&*", "+@all"][..])
+                .arg(&["on", ">s3ntinel", "~*", common::all_channels(), "+@all"][..])
                 .query(&mut node.connection().unwrap())
                 .unwrap();
         }

@@ -57,7 +57,7 @@ async fn without_the_cross_slot_script_several_slots_go_as_one_call_each() {
             .arg("on")
             .arg(">app-pass")
             .arg("~*")
-            .arg("&*")
+            .arg(common::all_channels())
             .arg("+@all")
             .arg("-script|load")
             .query(&mut conn)

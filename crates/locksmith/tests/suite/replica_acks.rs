@@ -5,6 +5,7 @@
 //! calls. A primary with one replica of its own, so no other test's
 //! traffic counts.
 
+use crate::common;
 use std::time::{Duration, Instant};
 
 use locksmith::Client;
@@ -162,7 +163,7 @@ async fn a_cluster_without_sharded_pubsub_notifies_classically() {
                 "on",
                 ">app-pass",
                 "~*",
-                "&*",
+                common::all_channels(),
                 "+@all",
                 "-pubsub|shardnumsub",
                 "-ssubscribe",

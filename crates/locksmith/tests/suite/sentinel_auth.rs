@@ -3,6 +3,7 @@
 //! `ClientBuilder::sentinel_credentials` the Sentinels'. Without the
 //! latter the Sentinels refuse the lookup.
 
+use crate::common;
 use std::time::Duration;
 
 use locksmith::Client;
@@ -48,7 +49,14 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
     for node in group.nodes() {
         acl(
             &node.addr(),
-            &["app", "on", ">data-pass", "~*", "&*", "+@all"],
+            &[
+                "app",
+                "on",
+                ">data-pass",
+                "~*",
+                common::all_channels(),
+                "+@all",
+            ],
         );
     }
     for node in group.nodes() {
@@ -154,7 +162,17 @@ async fn rotated_data_node_credentials_behind_sentinel() {
     sentinel_set(&group, "auth-user", "app");
     sentinel_set(&group, "auth-pass", "pass-1");
     for node in group.nodes() {
-        acl(&node.addr(), &["app", "on", ">pass-1", "~*", "&*", "+@all"]);
+        acl(
+            &node.addr(),
+            &[
+                "app",
+                "on",
+                ">pass-1",
+                "~*",
+                common::all_channels(),
+                "+@all",
+            ],
+        );
     }
     for node in group.nodes() {
         acl(&node.addr(), &["default", "off"]);

@@ -5,6 +5,7 @@
 //! password (`ErrorKind::Auth`), and a cluster whose nodes speak only TLS
 //! between each other and to clients.
 
+use crate::common;
 use std::time::{Duration, Instant};
 
 use locksmith::{Client, ErrorKind};
@@ -234,7 +235,7 @@ async fn acl_users_connect_and_a_wrong_password_is_an_auth_error() {
         .arg("on")
         .arg(">s3cret")
         .arg("~*")
-        .arg("&*")
+        .arg(common::all_channels())
         .arg("+@all")
         .arg("--user")
         .arg("default")
