@@ -90,12 +90,7 @@ pub(crate) struct ActorGate {
 impl ActorGate {
     /// The guard of `episode` was given to the current actor.
     pub(crate) fn given(&self, episode: u64) {
-        self.given_to(episode, Actor::current());
-    }
-
-    /// The guard of `episode` was given to `actor`.
-    pub(crate) fn given_to(&self, episode: u64, actor: Actor) {
-        *self.given.lock().unwrap_or_else(|e| e.into_inner()) = Some((episode, actor));
+        *self.given.lock().unwrap_or_else(|e| e.into_inner()) = Some((episode, Actor::current()));
     }
 
     /// Whether the current actor must wait for `state`'s hold to end.
@@ -182,12 +177,17 @@ impl HoldState {
     }
 
     /// Gives up this owner's hold of `episode` locally (its release cannot
-    /// run): count zero, no longer renewed, its lease marked lost. Answers
-    /// false when the state is locked by a call under way.
-    pub(crate) fn abandon(state: &tokio::sync::Mutex<HoldState>, episode: u64) -> bool {
+    /// run): count zero, no longer renewed, its lease marked lost. `hold`
+    /// finds the hold in the owner's state. Answers false when the state is
+    /// locked by a call under way.
+    pub(crate) fn abandon<S>(
+        state: &tokio::sync::Mutex<S>,
+        hold: impl FnOnce(&mut S) -> &mut HoldState,
+        episode: u64,
+    ) -> bool {
         match state.try_lock() {
             Ok(mut state) => {
-                state.give_up(episode);
+                hold(&mut state).give_up(episode);
                 true
             }
             Err(_) => false,
@@ -196,7 +196,7 @@ impl HoldState {
 
     /// Forgets the hold of `episode` (see [`HoldState::forget`]), if it is
     /// still this owner's.
-    pub(crate) fn give_up(&mut self, episode: u64) {
+    fn give_up(&mut self, episode: u64) {
         if self.is_episode(Some(episode)) {
             self.forget();
         }

@@ -108,6 +108,28 @@ pub fn all_channels() -> &'static str {
     }
 }
 
+/// A current-thread runtime with every driver, for tests that move a
+/// client from one runtime to the next.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Takes the lock `name` of `client` and releases it.
+pub async fn lock_and_release(client: &locksmith::Client, name: &str) {
+    client
+        .lock(name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// The password of the suite's ACL user on a single server.
 pub const SUITE_PASSWORD: &str = "suite-s3cret";
 

@@ -215,29 +215,15 @@ fn credentials_keep_rotating_on_a_later_runtime() {
     let server = server_with_user();
     let vault = Vault::default();
     vault.set("first-pass");
-    let runtime = |_| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let first = runtime(1);
+    let first = common::current_thread_runtime();
     let client = first.block_on(async {
         let client = client(&server, &vault).await;
-        client
-            .lock("rotate-later")
-            .unwrap()
-            .lock()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        common::lock_and_release(&client, "rotate-later").await;
         client
     });
     drop(first);
 
-    let second = runtime(2);
+    let second = common::current_thread_runtime();
     second.block_on(async {
         let _: () = redis::cmd("ACL")
             .arg("SETUSER")

@@ -9,12 +9,7 @@ use std::time::{Duration, Instant};
 use locksmith::Client;
 use locksmith_testkit::RedisServer;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use common::current_thread_runtime as runtime;
 
 #[test]
 fn background_tasks_restart_on_the_next_runtime() {

@@ -368,15 +368,7 @@ async fn a_tls_client_keeps_the_applications_crypto_provider() {
     assert!(suites > 0);
     mine.install_default().unwrap();
     let client = tls_client(&url, &files).await;
-    client
-        .lock("t")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::common::lock_and_release(&client, "t").await;
     let now = rustls::crypto::CryptoProvider::get_default().expect("still installed");
     assert_eq!(now.cipher_suites.len(), suites, "the client replaced it");
 }
@@ -391,14 +383,6 @@ async fn a_tls_client_installs_a_crypto_provider_where_none_is() {
     let server = tls_server(&files, false);
     let url = format!("rediss://127.0.0.1:{}", server.tls_port().unwrap());
     let client = tls_client(&url, &files).await;
-    client
-        .lock("t")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::common::lock_and_release(&client, "t").await;
     assert!(rustls::crypto::CryptoProvider::get_default().is_some());
 }

@@ -444,7 +444,7 @@ impl FairLock {
     /// Gives up this owner's hold of `episode` locally, when a dropped
     /// guard's release cannot run (see `Holding::abandon`).
     pub(super) fn abandon(&self, episode: u64) -> bool {
-        HoldState::abandon(&self.shared.state, episode)
+        HoldState::abandon(&self.shared.state, HoldState::whole, episode)
     }
 
     /// Moves the lease end of this owner's hold of `episode` forward (used

@@ -238,7 +238,9 @@ impl Holding for Holder {
 
     fn abandon(&self) -> bool {
         match self {
-            Holder::Reentrant(lock, episode) => HoldState::abandon(&lock.shared.state, *episode),
+            Holder::Reentrant(lock, episode) => {
+                HoldState::abandon(&lock.shared.state, HoldState::whole, *episode)
+            }
             Holder::Fair(lock, episode) => lock.abandon(*episode),
             Holder::ReadWrite(lock, side, episode) => lock.abandon(*side, *episode),
             // Its watchdog entry goes with the holding.

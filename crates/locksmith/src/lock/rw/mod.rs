@@ -526,13 +526,7 @@ impl ReadWriteLock {
     /// Gives up this owner's `side` hold of `episode` locally, when a
     /// dropped guard's release cannot run (see `Holding::abandon`).
     pub(super) fn abandon(&self, side: Side, episode: u64) -> bool {
-        match self.shared.state.try_lock() {
-            Ok(mut state) => {
-                state.side(side).give_up(episode);
-                true
-            }
-            Err(_) => false,
-        }
+        HoldState::abandon(&self.shared.state, |state| state.side(side), episode)
     }
 
     /// Moves the lease end of this owner's `side` hold of `episode`
