@@ -1,7 +1,7 @@
 # The targets here are exactly what CI and the README run.
 CARGO ?= cargo
 
-.PHONY: setup test lint fmt demo bench bench-topologies bench-family bench-redlock bench-multi bench-peers chaos doc
+.PHONY: setup test test-servers lint fmt demo bench bench-topologies bench-servers bench-family bench-redlock bench-multi bench-peers chaos chaos-valkey doc
 
 setup:
 	./scripts/setup
@@ -14,7 +14,7 @@ lint: setup
 	./scripts/check-lean-service
 	./scripts/check-msrv
 	./scripts/check-features
-	$(CARGO) publish --workspace --dry-run --locked --allow-dirty
+	./scripts/publish-dry-run
 
 # Formatting first (instant), then scripts/run-tests: every test binary
 # built once and run concurrently (a few test threads each; the service's
@@ -31,23 +31,57 @@ lint: setup
 # than our rust-version. The publish dry run packages the published crates
 # and builds each from its packaged files (the library, the macros, the
 # CLI; the test kit, the lab and the service are not published).
+#
+# Beside the rest, the library suite's cross-version slice runs on each of
+# the other servers the test kit knows (scripts/servers installs them):
+# every primitive's single-server tests (over TLS, as the documented
+# minimal ACL user), the simple lock, ids and Redlock, one Sentinel
+# failover, one Cluster hand-off, and a Cluster's fallbacks where it lacks
+# sharded pub/sub (and, on Redis 6.0, scripts across slots, said at
+# connect). Left out: the two tests of 600 ms leases renewed against
+# the clock, which beside the whole run lose leases to a starved CPU (the
+# main run keeps them). `make test-servers` runs the whole
+# suite on each. See docs/topologies.md, "Server versions".
+SERVER_SLICE = ::single:: simple:: ids::an_exhausted_day_is_a_clear_error \
+  redlock::a_majority_grants_and_release_frees_every_node \
+  redlock::a_waiter_gets_the_lock_when_the_holder_releases \
+  topology::sentinel_failover_moves_the_lock_and_its_waiters_to_the_new_primary \
+  handoff::cluster::release_hands_the_lock_to_a_parked_local_waiter \
+  replica_acks::a_cluster_without_sharded_pubsub_notifies_classically \
+  --skip the_watchdog_keeps_permits_and_signals_their_loss \
+  --skip each_read_hold_keeps_its_own_lease
+OTHER_SERVERS = valkey8 redis6 redis8
+
 test: setup
 	$(CARGO) fmt --all --check
 	./scripts/run-tests --threads 2 --threads-for suite=4 --threads-for cli=4 --threads-for lab=2 \
 	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
 	  --alone lab=chaos_alone:: --alone suite=close:: \
+	  $(foreach s,$(OTHER_SERVERS),--variant 'suite|LOCKSMITH_TEST_SERVER=$(s)|$(SERVER_SLICE)') \
+	  --variant 'lab|LOCKSMITH_TEST_SERVER=valkey8|chaos::a_broken_lock_kind_is_caught' \
 	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \
 	  --lane './scripts/check-lean-service' \
 	  --lane './scripts/check-msrv' \
 	  --lane './scripts/check-features' \
-	  --lane '$(CARGO) publish --workspace --dry-run --locked --allow-dirty' \
+	  --lane './scripts/publish-dry-run' \
 	  --lane '$(CARGO) test -p redis-locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) test --workspace --doc'
 
+# The library's whole suite and the test kit's tests on each server the
+# test kit knows: the system's Redis 7.0, then Valkey 8, Redis 6.0 and
+# Redis 8 (installed by scripts/servers into .servers/), one after another.
+test-servers: setup
+	./scripts/servers
+	set -e; for s in redis7 $(OTHER_SERVERS); do \
+	  echo "== test-servers: $$s"; \
+	  LOCKSMITH_TEST_SERVER=$$s $(CARGO) test -p redis-locksmith -p locksmith-testkit --tests -- --test-threads 4; \
+	done
+
 # The flash-sale experiment: every strategy on 2 instances, 2,000 buyers
 # for 500 items; prints the table and writes results/seckill-demo.{json,svg}.
-demo: setup
+demo:
+	LOCKSMITH_SKIP_SERVERS=1 ./scripts/setup
 	$(CARGO) run --release -p seckill --features demo -- demo
 
 fmt:
@@ -68,6 +102,12 @@ bench-topologies: setup
 # starts itself.
 bench-family: setup
 	$(CARGO) run --release -p locksmith-lab -- bench --family
+
+# The lock phases on each server the test kit knows (Redis 7.0, Valkey 8,
+# Redis 6.0, Redis 8), one after another, with each one's ratios to Redis
+# 7.0 and to its own ceiling (redis-benchmark firing the acquire script).
+bench-servers: setup
+	$(CARGO) run --release -p locksmith-lab -- bench --servers --json target/bench-servers.json
 
 # Redlock on 5 servers (locksmith and rslock) beside the 1-server lock.
 bench-redlock: setup
@@ -96,3 +136,10 @@ chaos: setup
 	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --topology sentinel --duration 2m --json target/chaos/sentinel.json --history target/chaos/sentinel.jsonl
 	$(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/cluster.json --history target/chaos/cluster.jsonl
 	$(CARGO) run --release -p locksmith-lab -- chaos --kind redlock --topology redlock --duration 1m --json target/chaos/redlock.json --history target/chaos/redlock.jsonl
+
+# The shorter form of the chaos suite on Valkey 8: the whole family under
+# every single-server fault, then on a Cluster, 2 minutes each.
+chaos-valkey: setup
+	mkdir -p target/chaos
+	LOCKSMITH_TEST_SERVER=valkey8 $(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --duration 2m --json target/chaos/valkey8-single.json --history target/chaos/valkey8-single.jsonl
+	LOCKSMITH_TEST_SERVER=valkey8 $(CARGO) run --release -p locksmith-lab -- chaos --kind mixed --names 7 --topology cluster --duration 2m --json target/chaos/valkey8-cluster.json --history target/chaos/valkey8-cluster.jsonl

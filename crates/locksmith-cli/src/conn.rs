@@ -151,9 +151,16 @@ impl ConnArgs {
         b
     }
 
-    /// Connects with every option.
+    /// Connects with every option. What the deployment lacks (sharded
+    /// pub/sub, `WAIT`, scripts across slots: [`Client::notes`]) is said
+    /// on stderr, one `locksmith: note:` line each, as the library's WARN
+    /// logs go nowhere here.
     pub(crate) async fn connect(&self) -> Result<Client, CliError> {
-        Ok(self.builder().build().await?)
+        let client = self.builder().build().await?;
+        for note in client.notes() {
+            eprintln!("locksmith: note: {note}");
+        }
+        Ok(client)
     }
 }
 

@@ -51,7 +51,8 @@ impl CliError {
                 ErrorKind::Connection
                 | ErrorKind::Timeout
                 | ErrorKind::NoQuorum
-                | ErrorKind::Tls => UNAVAILABLE,
+                | ErrorKind::Tls
+                | ErrorKind::Unsupported => UNAVAILABLE,
                 ErrorKind::Auth => NOPERM,
                 ErrorKind::Busy => CONFLICT,
                 _ => SOFTWARE,

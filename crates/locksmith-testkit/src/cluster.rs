@@ -169,7 +169,7 @@ impl RedisCluster {
         let nodes = (0..PRIMARIES * (1 + replicas))
             .map(|_| start_node(tls))
             .collect::<io::Result<Vec<_>>>()?;
-        create(&nodes, replicas, dir.path())?;
+        create(&nodes, replicas, dir.path(), tls)?;
         let ids = nodes
             .iter()
             .map(|n| admin::query::<String>(&n.addr(), redis::cmd("CLUSTER").arg("MYID")))
@@ -547,26 +547,29 @@ fn nodes_of(addr: &str) -> Result<Vec<NodeLine>, String> {
 /// a port from the ephemeral range.
 fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
     let mut last_err = None;
-    // Redis 6.0 knows neither `cluster-port` (its bus is always the port
-    // plus 10000) nor `cluster-allow-replica-migration` (6.2).
+    // Redis 6.0 knows neither `cluster-port` (its bus is always the
+    // cluster's port plus 10000: the TLS port under `tls-cluster`) nor
+    // `cluster-allow-replica-migration` (6.2).
     let redis6 = crate::versions::server_id() == "redis6";
-    for _ in 0..5 {
-        let port = free_port()?;
+    for _ in 0..20 {
+        let (port, tls_port) = (free_port()?, free_port()?);
         let bus = if redis6 {
-            match port.checked_add(10000) {
+            let base = if tls.is_some() { tls_port } else { port };
+            match base.checked_add(10000) {
                 Some(bus) if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() => bus,
                 _ => continue,
             }
         } else {
             free_port()?
         };
-        if bus == port {
+        if bus == port || bus == tls_port || port == tls_port {
             continue;
         }
         let mut builder = RedisServer::builder();
         if let Some(files) = tls {
             builder = builder
                 .tls(files, false)
+                .tls_port(tls_port)
                 .config("tls-cluster", "yes")
                 .config("tls-replication", "yes");
         }
@@ -594,11 +597,33 @@ fn start_node(tls: Option<&crate::TlsFiles>) -> io::Result<RedisServer> {
 
 /// Runs `redis-cli --cluster create` over `nodes` with `replicas` per
 /// primary, bounded in time.
-fn create(nodes: &[RedisServer], replicas: usize, dir: &std::path::Path) -> io::Result<()> {
+/// Redis 6.0's `CLUSTER MEET` reaches a node's bus at the port it names
+/// plus 10000, so a TLS cluster (`tls-cluster`, bus at the TLS port plus
+/// 10000) is created through the TLS ports there.
+fn create(
+    nodes: &[RedisServer],
+    replicas: usize,
+    dir: &std::path::Path,
+    tls: Option<&crate::TlsFiles>,
+) -> io::Result<()> {
     let log_path = dir.join("create.log");
     let log = File::create(&log_path)?;
     let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
-    args.extend(nodes.iter().map(RedisServer::addr));
+    match tls {
+        Some(files) if crate::versions::server_id() == "redis6" => {
+            args.extend(
+                nodes
+                    .iter()
+                    .filter_map(|n| n.tls_port().map(|p| format!("127.0.0.1:{p}"))),
+            );
+            args.extend([
+                "--tls".to_owned(),
+                "--cacert".to_owned(),
+                files.ca_cert().display().to_string(),
+            ]);
+        }
+        _ => args.extend(nodes.iter().map(RedisServer::addr)),
+    }
     args.extend([
         "--cluster-replicas".to_owned(),
         replicas.to_string(),

@@ -59,6 +59,12 @@ impl RedisServerBuilder {
             .config("tls-auth-clients", if mutual { "yes" } else { "no" })
     }
 
+    /// Moves the TLS port [`tls`](Self::tls) chose to `port`.
+    pub(crate) fn tls_port(mut self, port: u16) -> Self {
+        self.tls_port = Some(port);
+        self.config("tls-port", port.to_string())
+    }
+
     /// Adds one raw command-line argument, e.g. `"--cluster-enabled"`.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());

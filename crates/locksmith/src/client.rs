@@ -27,7 +27,7 @@ use crate::engine::security::{
 use crate::engine::subscriber::Source;
 use crate::engine::task::Tasks;
 use crate::engine::topology::{
-    self, check_deployment, explain_connect, replica_acks, server_identity, server_major_version,
+    self, check_deployment, explain_connect, replica_acks, server_identity, server_version,
     Address, Conn,
 };
 use crate::error::{Error, Result};
@@ -711,35 +711,55 @@ impl ClientBuilder {
             .await
             .map_err(|e| explain_connect(&address, e))?;
         check_deployment(&address, &conn).await?;
+        let version = server_version(&address, &conn).await?;
         let server_id = server_identity(&address, &conn).await?;
         let (acks, ack_note) =
             replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
         let mut notes: Vec<String> = ack_note.into_iter().collect();
         let notify = match &address {
             Address::Cluster { .. } => {
-                let version = server_major_version(&conn).await?;
+                let describe = address.describe();
+                let product = &version.product;
+                if !version.has_7_0() {
+                    // Known now, not at the first batch of several slots:
+                    // a script flagged allow-cross-slot-keys does not
+                    // compile before 7.0.
+                    #[cfg(feature = "cluster")]
+                    if let Some(cluster) = conn.cluster() {
+                        cluster.no_cross_slot_scripts();
+                    }
+                    tracing::warn!(addr = %describe, server = %product, "scripts cannot reach several slots before Redis 7.0; a batch of several slots goes as one call per slot");
+                    metrics::counter!("locksmith_capability_missing_total", "capability" => "cross_slot_scripts").increment(1);
+                    notes.push(format!(
+                        "batched calls carry one slot each: {describe} runs {product}, and scripts reach several slots from Redis 7.0"
+                    ));
+                }
                 match config.cluster_notify {
                     Some(NotifyMode::Classic) => NotifyMode::Classic,
-                    Some(mode) if version < 7 => {
-                        return Err(Error::invalid(format!(
-                            "{mode:?} notifications need sharded pub/sub (Redis 7 or later); this cluster runs Redis {version}: use NotifyMode::Classic"
-                        )))
+                    Some(mode) if !version.has_7_0() => {
+                        return Err(Error::Unsupported {
+                            addr: describe,
+                            server: product.clone(),
+                            needs: "Redis 7.0 or later".to_owned(),
+                            feature: format!(
+                                "{mode:?} notifications (sharded pub/sub); NotifyMode::Classic works on this server"
+                            ),
+                        });
                     }
                     Some(mode) => mode,
-                    None if version >= 7 && topology::sharded_pubsub(&conn).await => {
+                    None if version.has_7_0() && topology::sharded_pubsub(&conn).await => {
                         NotifyMode::Sharded
                     }
                     None => {
-                        let why = if version < 7 {
-                            format!("it runs Redis {version}")
-                        } else {
+                        let why = if version.has_7_0() {
                             "it refuses SPUBLISH".to_owned()
+                        } else {
+                            format!("it runs {product}")
                         };
-                        tracing::warn!(addr = %address.describe(), "sharded pub/sub unavailable ({why}); release notifications use classic PUBLISH");
+                        tracing::warn!(addr = %describe, "sharded pub/sub unavailable ({why}); release notifications use classic PUBLISH");
                         metrics::counter!("locksmith_capability_missing_total", "capability" => "sharded_pubsub").increment(1);
                         notes.push(format!(
-                            "release notifications use classic pub/sub: {} has no sharded pub/sub ({why})",
-                            address.describe()
+                            "release notifications use classic pub/sub: {describe} has no sharded pub/sub ({why})"
                         ));
                         NotifyMode::Classic
                     }
@@ -1036,9 +1056,11 @@ impl Client {
     /// refused it, one line each: replica acknowledgement (in its
     /// automatic setting) where the server refuses `WAIT` (a proxy, a
     /// serverless offering, a renamed command, an ACL user without the
-    /// right), and sharded pub/sub on a cluster whose nodes lack it
+    /// right), sharded pub/sub on a cluster whose nodes lack it
     /// (release notifications then use classic `PUBLISH`, as for Redis
-    /// before 7). Each was also logged once at WARN and counted in
+    /// before 7), and scripts that reach several slots on a cluster before
+    /// Redis 7.0 (a batch of several slots then goes as one call per slot).
+    /// Each was also logged once at WARN and counted in
     /// `locksmith_capability_missing_total{capability}`. Empty when
     /// nothing was turned off.
     pub fn notes(&self) -> &[String] {

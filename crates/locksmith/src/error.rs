@@ -164,6 +164,22 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// The server is too old for the library: it lacks a command or
+    /// protocol a primitive needs. Refused when the client is built, before
+    /// anything was sent beyond the connection's own questions. Upgrading
+    /// the server is the fix; retrying cannot succeed.
+    #[error("{addr} runs {server}; locksmith needs {needs} for {feature}")]
+    Unsupported {
+        /// The deployment, as the URL named it.
+        addr: String,
+        /// What the server said it is (`Redis 5.0.14`).
+        server: String,
+        /// The oldest server that has what is missing.
+        needs: String,
+        /// What needs it.
+        feature: String,
+    },
+
     /// Any other error reported by Redis or by the connection to it.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -216,6 +232,9 @@ pub enum ErrorKind {
     /// The lock stayed held by another owner for a whole bounded wait
     /// (see [`Error::Busy`]).
     Busy,
+    /// The server is too old for the library (see
+    /// [`Error::Unsupported`]).
+    Unsupported,
 }
 
 /// True for the server's refusals of credentials or rights.
@@ -263,6 +282,7 @@ impl Error {
             Error::Internal(_) => ErrorKind::Internal,
             Error::Closed { .. } => ErrorKind::Closed,
             Error::Busy { .. } => ErrorKind::Busy,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
             // While running, only a refused right is final: a failed AUTH
             // on a reconnect (a password rotated before the provider was
             // asked again) stays a connection error, which is resent.

@@ -29,6 +29,7 @@ mod family;
 mod ids;
 mod peers;
 mod scaleout;
+mod servers;
 mod stats;
 mod topologies;
 
@@ -136,6 +137,14 @@ pub(crate) struct BenchArgs {
     /// contended.
     #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock", "multi"])]
     peers: bool,
+    /// Instead of one run, the lock phases (raw scripts, uncontended,
+    /// contended, hand-off, and redis-benchmark firing the acquire script)
+    /// on each server the test kit knows (Redis 7.0, Valkey 8, Redis 6.0,
+    /// Redis 8), one after another in this run, each on a server started
+    /// here; then one table with each server's ratios to Redis 7.0 and to
+    /// its own raw ceiling. Not with --redis.
+    #[arg(long, conflicts_with_all = ["topologies", "family", "ids", "redlock", "multi", "peers"])]
+    servers: bool,
     /// Also write the phases' numbers here as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -185,6 +194,17 @@ pub(crate) async fn run(redis_flag: Option<String>, args: BenchArgs) -> Result<u
             ));
         }
         return topologies::run(args)
+            .await
+            .map(|()| 0)
+            .map_err(CliError::Other);
+    }
+    if args.servers {
+        if redis_flag.is_some() {
+            return Err(CliError::Usage(
+                "--servers starts its own servers; leave out --redis".into(),
+            ));
+        }
+        return servers::run(args)
             .await
             .map(|()| 0)
             .map_err(CliError::Other);
@@ -302,14 +322,9 @@ impl Bench {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        let version = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("?")
-            .trim()
-            .to_owned();
+        let version = server_product(&info);
         println!(
-            "locksmith-lab bench: Redis {version} at {} ({}), {} tasks, {:?} per phase, {} CPUs",
+            "locksmith-lab bench: {version} at {} ({}), {} tasks, {:?} per phase, {} CPUs",
             self.url,
             if own {
                 "own redis-server"
@@ -328,6 +343,16 @@ impl Bench {
             ping.p99()
         );
 
+        // The server's own ceiling for the acquire script, by its own
+        // benchmark tool (a server started here: its redis-benchmark is
+        // known).
+        let ceiling = if own {
+            let phase = self.redis_benchmark().await?;
+            progress(&phase);
+            Some(phase)
+        } else {
+            None
+        };
         let raw = self.raw(1).await?;
         progress(&raw);
         let raw_batched = self.raw(RAW_BATCH).await?;
@@ -348,10 +373,29 @@ impl Bench {
         let rs_h = self.handoff(self.rslock(), self.rslock()).await?;
 
         println!();
-        report(
+        let mut phases = vec![&raw, &raw_batched, &rs_u, &ls_u, &rs_c, &ls_c];
+        if let Some(ceiling) = &ceiling {
+            phases.insert(0, ceiling);
+        }
+        let handoffs = [
+            ("locksmith local", &ls_h),
+            ("locksmith cross-client", &ls_x),
+            ("rslock", &rs_h),
+        ];
+        report_with(
             &self.args,
             "locksmith-lab bench: lock phases on one Redis",
-            &[&raw, &raw_batched, &rs_u, &ls_u, &rs_c, &ls_c],
+            &phases,
+            serde_json::json!({
+                "server": server_product(&info),
+                "handoffs": handoffs.iter().map(|(name, h)| serde_json::json!({
+                    "name": name,
+                    "n": h.handoffs.len(),
+                    "p50_us": h.handoffs.p50().as_micros() as u64,
+                    "p99_us": h.handoffs.p99().as_micros() as u64,
+                    "ping_p50_us": h.pings.p50().as_micros() as u64,
+                })).collect::<Vec<_>>(),
+            }),
         )?;
         println!(
             "lock cmd: commands the client sent to lock and unlock, per op; srv µs: server time \
@@ -613,6 +657,66 @@ impl Bench {
         let mut phase = Phase {
             name: format!("raw scripts, {per_call} req/call"),
             ops,
+            elapsed,
+            check: "-".into(),
+            ..Phase::default()
+        };
+        Self::count_commands(&mut phase, &before, &after, 0, false);
+        Ok(phase)
+    }
+
+    /// The server's own benchmark tool (`redis-benchmark` of the server's
+    /// version, started by the test kit's choice) firing the acquire
+    /// script, one request per call, `--tasks` connections, on random
+    /// names: the most this server does with that script, with no client
+    /// library in the way. Each call is half a lock/unlock pair; the
+    /// phase counts calls.
+    async fn redis_benchmark(&self) -> Result<Phase, String> {
+        let conn = RawConn::open(&self.url).await?;
+        let sha = conn.load(library_script(ACQUIRE_SCRIPT)?).await?;
+        let port = self
+            .url
+            .rsplit_once(':')
+            .map(|(_, p)| p.trim_end_matches('/').to_owned())
+            .ok_or_else(|| format!("no port in {}", self.url))?;
+        let program = locksmith_testkit::binary("redis-benchmark").map_err(|e| e.to_string())?;
+        // redis-benchmark stops at a count, not a time: about 40,000 calls
+        // per second of --duration (a few hundred ms at the least).
+        let calls = ((self.args.duration.as_secs_f64() * 40_000.0) as u64).clamp(2_000, 2_000_000);
+        let key = format!("{}:rb:__rand_int__", self.prefix);
+        let token = format!("redisson_lock_token:{{{}:rb}}", self.prefix);
+        let owner = format!("{}:1", uuid::Uuid::new_v4().hyphenated());
+        let before = self.commandstats().await?;
+        let started = Instant::now();
+        let output = tokio::process::Command::new(&program)
+            .args(["-h", "127.0.0.1", "-p", &port, "-q", "--csv"])
+            .args(["-c", &self.args.tasks.to_string(), "-n", &calls.to_string()])
+            .args(["-r", "100000", "EVALSHA", &sha, "2", &key, &token])
+            .args([&RAW_LEASE_MS.to_string(), &owner, "0"])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| format!("cannot run {program}: {e}"))?;
+        let elapsed = started.elapsed();
+        let text = String::from_utf8_lossy(&output.stdout);
+        // --csv: `"EVALSHA ...","123456.79"` (later versions add latency
+        // columns after the rate).
+        let rate: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("\"EVALSHA"))
+            .find_map(|l| l.split("\",\"").nth(1)?.trim_matches('"').parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "{program} answered no rate ({}): {text}{}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            })?;
+        let after = self.commandstats().await?;
+        let mut phase = Phase {
+            name: "redis-benchmark, acquire script calls".into(),
+            ops: (rate * elapsed.as_secs_f64()) as u64,
             elapsed,
             check: "-".into(),
             ..Phase::default()
@@ -999,9 +1103,33 @@ fn progress(phase: &Phase) {
     eprintln!("  done: {} ({:.0}/s)", phase.name, phase.rate());
 }
 
+/// What `INFO server` says the server is: `Valkey 8.0.1`, `Redis 7.0.15`.
+fn server_product(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    match (field("valkey_version"), field("redis_version")) {
+        (Some(v), _) => format!("Valkey {v}"),
+        (None, Some(v)) => format!("Redis {v}"),
+        (None, None) => "unknown".to_owned(),
+    }
+}
+
 /// Prints the table and, when asked, writes the phases as JSON and an SVG
 /// chart.
 fn report(args: &BenchArgs, title: &str, phases: &[&Phase]) -> Result<(), String> {
+    report_with(args, title, phases, serde_json::json!({}))
+}
+
+/// [`report`], with `extra`'s fields added to the JSON.
+fn report_with(
+    args: &BenchArgs,
+    title: &str,
+    phases: &[&Phase],
+    extra: serde_json::Value,
+) -> Result<(), String> {
     print_table(phases);
     if let Some(path) = &args.json {
         let rows: Vec<serde_json::Value> = phases
@@ -1023,13 +1151,16 @@ fn report(args: &BenchArgs, title: &str, phases: &[&Phase]) -> Result<(), String
                 })
             })
             .collect();
-        let json = serde_json::json!({
+        let mut json = serde_json::json!({
             "title": title,
             "tasks": args.tasks,
             "duration_s": args.duration.as_secs_f64(),
             "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
             "phases": rows,
         });
+        if let (Some(json), serde_json::Value::Object(extra)) = (json.as_object_mut(), extra) {
+            json.extend(extra);
+        }
         std::fs::write(
             path,
             serde_json::to_string_pretty(&json).unwrap_or_default(),

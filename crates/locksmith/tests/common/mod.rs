@@ -108,6 +108,48 @@ pub fn all_channels() -> &'static str {
     }
 }
 
+/// True where the test server speaks Redis 7.0's commands (every server
+/// the test kit starts but Redis 6.0): sharded pub/sub, scripts that
+/// reach several slots, `CLIENT PAUSE .. WRITE`, `CLUSTER
+/// ADDSLOTSRANGE`, ACL subcommand rules, Sentinel ACL users (6.2).
+pub fn has_7_0() -> bool {
+    locksmith_testkit::server_id() != "redis6"
+}
+
+/// Says why a test does nothing on this server, for a test whose subject
+/// the server lacks (see [`has_7_0`]); answers true when it should stop.
+pub fn lacks_7_0(what: &str) -> bool {
+    if has_7_0() {
+        return false;
+    }
+    eprintln!(
+        "skipped on {}: {what} arrived in Redis 7.0",
+        locksmith_testkit::server_id()
+    );
+    true
+}
+
+/// `CLIENT PAUSE ms` of every command (Redis 6.0 knows no mode; from 6.2
+/// the mode `ALL` says the same).
+pub fn pause_all(conn: &mut redis::Connection, ms: u64) {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("PAUSE").arg(ms);
+    if has_7_0() {
+        cmd.arg("ALL");
+    }
+    cmd.exec(conn).expect("CLIENT PAUSE");
+}
+
+/// The lines of a `CLIENT LIST` reply whose connection is logged in as
+/// `user` (the `user=` field is last on Redis 6.0, followed by others
+/// later).
+pub fn clients_of<'a>(list: &'a str, user: &str) -> Vec<&'a str> {
+    let field = format!("user={user}");
+    list.lines()
+        .filter(|line| line.split_whitespace().any(|f| f == field))
+        .collect()
+}
+
 /// A current-thread runtime with every driver, for tests that move a
 /// client from one runtime to the next.
 pub fn current_thread_runtime() -> tokio::runtime::Runtime {
@@ -171,6 +213,12 @@ pub fn cluster_url(cluster: &locksmith_testkit::RedisCluster) -> String {
 }
 
 impl Env {
+    /// Whether a Redisson client publishes and waits with sharded pub/sub
+    /// here: on a cluster whose servers have it (Redis 7.0 and later).
+    pub fn redisson_sharded(&self) -> bool {
+        self.topo == Topo::Cluster && has_7_0()
+    }
+
     /// An environment on `topo` (starting the shared deployment on first
     /// use, off the async runtime's worker).
     pub async fn new(topo: Topo) -> Env {
@@ -365,6 +413,8 @@ pub struct Proxied {
     pub node: usize,
 }
 
+/// Redis 6.0 takes `cluster-announce-port` at startup only: callers skip
+/// with [`lacks_7_0`] first.
 pub fn proxied_cluster(key: &str) -> Proxied {
     let cluster = locksmith_testkit::RedisCluster::start().unwrap();
     let node = cluster.node_for_key(key).unwrap();

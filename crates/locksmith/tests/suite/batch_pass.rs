@@ -96,12 +96,7 @@ fn a_runtime_shut_down_with_requests_queued_gives_their_places_back() {
         // The server holds every command for a while: the calls that go
         // out stay out.
         let mut admin = server.connection().expect("a connection to the server");
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(1_500)
-            .arg("ALL")
-            .query(&mut admin)
-            .unwrap();
+        common::pause_all(&mut admin, 1_500);
         // More acquires than two calls carry (128 each): both calls go out
         // and the rest wait in the queue.
         for i in 0..400 {

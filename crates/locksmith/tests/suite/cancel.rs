@@ -120,12 +120,7 @@ async fn dropped_acquires_leave_nothing_behind(env: Env) {
 async fn a_cancelled_acquire_queued_behind_busy_calls_never_lands_after_its_rollback() {
     let (server, client) = setup(Duration::from_secs(10)).await;
     let mut admin = server.connection().unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(1000)
-        .arg("ALL")
-        .query(&mut admin)
-        .unwrap();
+    crate::common::pause_all(&mut admin, 1000);
     // Two acquire calls in flight (the most one client keeps outstanding),
     // stuck behind the pause.
     let busy: Vec<_> = ["paused-a", "paused-b"]

@@ -236,12 +236,14 @@ fn channels_like(env: &Env, route: &str, pattern: &str) -> Vec<String> {
         .arg(pattern)
         .query(&mut conn)
         .unwrap();
-    let sharded: Vec<String> = redis::cmd("PUBSUB")
-        .arg("SHARDCHANNELS")
-        .arg(pattern)
-        .query(&mut conn)
-        .unwrap();
-    channels.extend(sharded);
+    if crate::common::has_7_0() {
+        let sharded: Vec<String> = redis::cmd("PUBSUB")
+            .arg("SHARDCHANNELS")
+            .arg(pattern)
+            .query(&mut conn)
+            .unwrap();
+        channels.extend(sharded);
+    }
     channels.sort();
     channels
 }

@@ -93,7 +93,7 @@ fn connections_of_app(server: &RedisServer) -> usize {
         .arg("LIST")
         .query(&mut admin(server))
         .unwrap();
-    list.lines().filter(|l| l.contains(" user=app ")).count()
+    common::clients_of(&list, "app").len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use locksmith::{Error, ErrorKind};
 use redis::Script;
 
-use crate::common::{eventually, Env, Topo};
+use crate::common::{eventually, Env};
 
 crate::on_every_topology!(
     permits_have_ids_and_leases_in_redissons_layout,
@@ -254,7 +254,7 @@ async fn a_redisson_client_shares_the_permits(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("shared-permits");
     let (key, channel) = (timeouts(&name), format!("redisson_sc:{{{name}}}"));
-    let publish = if env.topo == Topo::Cluster {
+    let publish = if env.redisson_sharded() {
         "spublish"
     } else {
         "publish"

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use locksmith::{Client, ErrorKind};
 use redis::Script;
 
-use crate::common::{eventually, Env, Topo};
+use crate::common::{eventually, Env};
 
 crate::on_every_topology!(
     waiters_are_granted_in_arrival_order_across_clients,
@@ -357,7 +357,7 @@ async fn a_redisson_waiter_shares_the_queue(env: Env) {
         format!("redisson_lock_timeout:{{{name}}}"),
     );
     let prefix = format!("redisson_lock__channel:{{{name}}}");
-    let sharded = env.topo == Topo::Cluster;
+    let sharded = env.redisson_sharded();
     let publish = if sharded { "spublish" } else { "publish" };
     let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let java_owner = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:91".to_owned();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{eventually, keys, setup, Env, Topo};
+use crate::common::{eventually, keys, setup, Env};
 use locksmith::Client;
 use locksmith_testkit::RedisServer;
 
@@ -26,7 +26,7 @@ async fn client_with(server: &RedisServer, max_local_handoffs: u32) -> Client {
 fn count_messages_on(env: &Env, name: &str) -> Arc<AtomicU64> {
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let url = env.node_url_for(&channel);
-    let subscribe = if env.topo == Topo::Cluster {
+    let subscribe = if env.redisson_sharded() {
         "SSUBSCRIBE"
     } else {
         "SUBSCRIBE"
@@ -38,8 +38,9 @@ fn count_messages_on(env: &Env, name: &str) -> Arc<AtomicU64> {
         let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
         redis::cmd(subscribe).arg(&channel).exec(&mut conn).unwrap();
         ready.send(()).unwrap();
-        conn.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
+        // Long enough that a timeout never cuts a message in two on a
+        // loaded machine; the thread ends within it of the counter's drop.
+        conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
         while let Some(count) = seen.upgrade() {
             if let Ok(redis::Value::Array(parts)) = conn.recv_response() {
                 let kind: String = redis::from_redis_value(parts[0].clone()).unwrap();
@@ -99,11 +100,14 @@ async fn release_hands_the_lock_to_a_parked_local_waiter(env: Env) {
     again.release().await.unwrap();
     handed.release().await.unwrap();
     assert!(!first.is_locked().await.unwrap());
+    let one_message = eventually(Duration::from_secs(2), || async {
+        messages.load(Ordering::SeqCst) == 1
+    })
+    .await;
     assert!(
-        eventually(Duration::from_secs(2), || async {
-            messages.load(Ordering::SeqCst) == 1
-        })
-        .await
+        one_message,
+        "one release message, seen {}",
+        messages.load(Ordering::SeqCst)
     );
     // Only the final, real release published.
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -164,7 +164,7 @@ async fn a_redisson_client_shares_the_latch(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("shared-gate");
     let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
-    let sharded = env.topo == Topo::Cluster;
+    let sharded = env.redisson_sharded();
     let publish = if sharded { "spublish" } else { "publish" };
     let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let latch = client.count_down_latch(name.clone()).unwrap();

@@ -38,20 +38,20 @@ fn bulk(s: &str) -> String {
     format!("${}\r\n{s}\r\n", s.len())
 }
 
-/// The answer to one command: enough for a client to connect, and
-/// `script_reply` for every script call.
-fn answer(command: &[String], script_reply: &str) -> String {
+/// The answer to one command: enough for a client to connect (its `INFO`
+/// names `version`), and `script_reply` for every script call.
+fn answer_as(version: &str, command: &[String], script_reply: &str) -> String {
     let name = command
         .first()
         .map(|c| c.to_ascii_uppercase())
         .unwrap_or_default();
     match name.as_str() {
         "PING" => "+PONG\r\n".into(),
-        "INFO" => bulk(
-            "# Server\r\nredis_version:7.2.0\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n\
+        "INFO" => bulk(&format!(
+            "# Server\r\nredis_version:{version}\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n\
              # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
              # Cluster\r\ncluster_enabled:0\r\n",
-        ),
+        )),
         "SCRIPT" => bulk(&"0".repeat(40)),
         "EVALSHA" | "EVAL" => script_reply.into(),
         _ => "+OK\r\n".into(),
@@ -60,6 +60,11 @@ fn answer(command: &[String], script_reply: &str) -> String {
 
 /// Starts the fake server; answers its `redis://` URL.
 async fn fake_server(script_reply: &'static str) -> String {
+    fake_server_as("7.2.0", script_reply).await
+}
+
+/// [`fake_server`] for a server whose `INFO` names `version` (see [`answer_as`]).
+async fn fake_server_as(version: &'static str, script_reply: &'static str) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -68,7 +73,7 @@ async fn fake_server(script_reply: &'static str) -> String {
                 let (read, mut write) = socket.into_split();
                 let mut read = BufReader::new(read);
                 while let Some(command) = read_command(&mut read).await {
-                    let reply = answer(&command, script_reply);
+                    let reply = answer_as(version, &command, script_reply);
                     if write.write_all(reply.as_bytes()).await.is_err() {
                         return;
                     }
@@ -154,4 +159,34 @@ async fn info_on_a_key_of_another_layout_is_a_protocol_error() {
             assert!(!err.is_reply_lost(), "{err}");
         }
     }
+}
+
+/// A server older than the oldest the library supports is refused when
+/// the client is built, with an error naming its version and what needs
+/// a newer one, not at the first acquire with a script error.
+#[tokio::test]
+async fn a_server_too_old_is_refused_at_connect_naming_its_version() {
+    for version in ["5.0.14", "6.0.5", "4.0.9"] {
+        let url = fake_server_as(version, "*0\r\n").await;
+        let err = Client::builder(&url)
+            .command_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("Redis {version} was accepted"));
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{version}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("Redis {version}")), "{text}");
+        assert!(text.contains("6.0.6") && text.contains("LPOS"), "{text}");
+    }
+    // A version that cannot be read is the server's surprise, not the
+    // caller's mistake.
+    let url = fake_server_as("banana", "*0\r\n").await;
+    let Err(err) = Client::open(&url).await else {
+        panic!("a server without a version was accepted");
+    };
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    // The oldest supported one connects.
+    let url = fake_server_as("6.0.6", "*0\r\n").await;
+    fake_client(&url).await;
 }

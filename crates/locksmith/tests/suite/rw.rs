@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use locksmith::ErrorKind;
 use redis::Script;
 
-use crate::common::{eventually, Env, Topo};
+use crate::common::{eventually, Env};
 
 crate::on_every_topology!(
     readers_overlap_and_writers_exclude_everyone,
@@ -381,7 +381,7 @@ async fn a_redisson_client_shares_the_lock(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("shared-rw");
     let channel = format!("redisson_rwlock:{{{name}}}");
-    let sharded = env.topo == Topo::Cluster;
+    let sharded = env.redisson_sharded();
     let publish = if sharded { "spublish" } else { "publish" };
     let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let java_writer = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:7:write";

@@ -301,7 +301,7 @@ async fn a_redisson_client_shares_the_semaphore(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("shared-pool");
     let channel = format!("redisson_sc:{{{name}}}");
-    let sharded = env.topo == Topo::Cluster;
+    let sharded = env.redisson_sharded();
     let publish = if sharded { "spublish" } else { "publish" };
     let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let pool = client.semaphore(name.clone()).unwrap();

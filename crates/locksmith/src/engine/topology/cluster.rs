@@ -208,6 +208,12 @@ impl ClusterConn {
         }
     }
 
+    /// Records that the cluster cannot run a script that reaches several
+    /// slots (known at connect from its version), so that no batch tries.
+    pub(crate) fn no_cross_slot_scripts(&self) {
+        self.across.set(nodes::NO);
+    }
+
     /// Every slot's probe key, for cross-slot calls (see
     /// [`ClusterConn::crosses_slots`] and `across.lua`).
     pub(crate) fn probes(&self) -> &Arc<nodes::Probes> {

@@ -44,7 +44,7 @@ pub(crate) use address::Address;
 #[cfg(feature = "cluster")]
 pub(crate) use cluster::{cluster_client, did_not_run, ClusterConn};
 pub(crate) use probe::{
-    check_deployment, explain_connect, replica_acks, server_identity, server_major_version,
+    check_deployment, explain_connect, replica_acks, server_identity, server_version,
     sharded_pubsub,
 };
 #[cfg(feature = "sentinel")]

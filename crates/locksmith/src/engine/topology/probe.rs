@@ -240,18 +240,106 @@ fn info_text(reply: Value) -> String {
     redis::from_redis_value::<String>(value).unwrap_or_default()
 }
 
-/// The major version of the server `conn` reaches (a random node on a
-/// cluster; the nodes of one cluster run one version).
-pub(crate) async fn server_major_version(conn: &Conn) -> Result<u32> {
+/// The oldest Redis every primitive runs on: the fair lock's queue uses
+/// `LPOS` (6.0.6), release notifications on a cluster a RESP3
+/// connection (6.0), ACL users `AUTH user pass` (6.0).
+pub(crate) const OLDEST: (u32, u32, u32) = (6, 0, 6);
+
+/// The Redis version whose commands a server speaks, read from `INFO
+/// server` (Valkey answers the Redis version it is compatible with in
+/// `redis_version`, and its own in `valkey_version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerVersion {
+    /// `Redis 6.0.16`, `Valkey 8.0.1`: what to show a person.
+    pub(crate) product: String,
+    /// The Redis version the server is compatible with.
+    pub(crate) redis: (u32, u32, u32),
+}
+
+impl ServerVersion {
+    /// Parses `INFO server`'s text; `None` when it names no version.
+    pub(crate) fn parse(info: &str) -> Option<ServerVersion> {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let triple = |text: &str| {
+            let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+            Some((
+                parts.next()??,
+                parts.next()??,
+                parts.next().flatten().unwrap_or(0),
+            ))
+        };
+        let redis_text = field("redis_version")?;
+        let redis = triple(redis_text)?;
+        let product = match field("valkey_version") {
+            Some(v) => format!("Valkey {v}"),
+            None => format!("Redis {redis_text}"),
+        };
+        Some(ServerVersion { product, redis })
+    }
+
+    /// Sharded pub/sub and scripts flagged `allow-cross-slot-keys`
+    /// arrived in Redis 7.0.
+    pub(crate) fn has_7_0(&self) -> bool {
+        self.redis >= (7, 0, 0)
+    }
+}
+
+/// The version of the server `conn` reaches (a random node on a cluster;
+/// the nodes of one cluster run one version). A server older than
+/// [`OLDEST`] is refused here, at connect, naming what it lacks, rather
+/// than at the first acquire with a script error.
+pub(crate) async fn server_version(address: &Address, conn: &Conn) -> Result<ServerVersion> {
     let mut conn = conn.clone();
     let reply: Value = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn)
         .await
         .map_err(Error::Redis)?;
-    Ok(info_text(reply)
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next()?.parse().ok())
-        .unwrap_or(0))
+    let text = info_text(reply);
+    let Some(version) = ServerVersion::parse(&text) else {
+        return Err(Error::protocol(format!(
+            "{}: INFO server names no redis_version",
+            address.describe()
+        )));
+    };
+    if version.redis < OLDEST {
+        let (a, b, c) = OLDEST;
+        return Err(Error::Unsupported {
+            addr: address.describe(),
+            server: version.product,
+            needs: format!("Redis {a}.{b}.{c} or later, or Valkey"),
+            feature: "the fair lock's queue (LPOS, 6.0.6) and a cluster's release notifications (RESP3, 6.0)".to_owned(),
+        });
+    }
+    Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerVersion;
+
+    #[test]
+    fn versions_are_read_from_info() {
+        let redis6 =
+            ServerVersion::parse("# Server\r\nredis_version:6.0.16\r\nredis_mode:standalone\r\n")
+                .unwrap();
+        assert_eq!(redis6.product, "Redis 6.0.16");
+        assert_eq!(redis6.redis, (6, 0, 16));
+        assert!(!redis6.has_7_0());
+        let valkey = ServerVersion::parse(
+            "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n",
+        )
+        .unwrap();
+        assert_eq!(valkey.product, "Valkey 8.0.1");
+        assert!(valkey.has_7_0());
+        let short = ServerVersion::parse("redis_version:8.0\r\n").unwrap();
+        assert_eq!(short.redis, (8, 0, 0));
+        assert!(ServerVersion::parse("redis_version:banana\r\n").is_none());
+        assert!(ServerVersion::parse("uptime:3\r\n").is_none());
+        assert!(ServerVersion::parse("redis_version:6.0.5").unwrap().redis < super::OLDEST);
+    }
 }
