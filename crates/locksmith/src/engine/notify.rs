@@ -72,6 +72,11 @@ struct Slot {
     /// the waiter goes away, and to skip awake waiters when picking whom to
     /// wake.
     woken: AtomicBool,
+    /// A wake-up was taken and the check it prompts has not completed
+    /// (see [`Waiter::checked`]): if the waiter goes away meanwhile (its
+    /// caller cancelled while the attempt still waited its turn to be
+    /// sent), the wake-up is handed on, as one never taken is.
+    acting: AtomicBool,
     /// Delivers the wake-up; stores it if the waiter is busy retrying.
     notify: Notify,
     /// Units this waiter asks for (1 unless its primitive counts);
@@ -537,7 +542,9 @@ impl NotifyHub {
         let mut check_now = seen.is_none() || self.seq(channel) != seen;
         loop {
             if check_now {
-                match check().await? {
+                let checked = check().await?;
+                waiter.checked();
+                match checked {
                     Check::Done(value) => return Ok(Some(value)),
                     Check::NotYet(next) => hint = next,
                 }
@@ -586,7 +593,13 @@ impl Waiter {
     /// true when woken by a message. The hub's closing ends the sleep of a
     /// waiter that began it before (one that begins after sleeps as
     /// usual, so a caller that goes on waiting cannot spin).
+    ///
+    /// A wake-up it returns stays this waiter's to act on until the check
+    /// it prompts completes ([`Waiter::checked`], or the next call here):
+    /// dropped before, the waiter hands it on to the next one.
     pub(crate) async fn wait_until(&self, until: Instant) -> bool {
+        // Back to sleep: whatever woke it last was acted on.
+        self.slot.acting.store(false, Ordering::SeqCst);
         let closed = &self.shared.closed;
         let woken = if closed.is_cancelled() {
             tokio::time::timeout_at(until, self.slot.notify.notified())
@@ -599,9 +612,21 @@ impl Waiter {
             }
         };
         if woken {
+            // Taken: a later message wakes the next waiter, and this one
+            // acts on it until its check completes.
+            self.slot.acting.store(true, Ordering::SeqCst);
             self.slot.woken.store(false, Ordering::SeqCst);
         }
         woken
+    }
+
+    /// The check a wake-up prompted has completed (its attempt was
+    /// answered, whatever the answer): the wake-up was used. Every wait
+    /// loop calls it after each check; a loop that did not would hand a
+    /// spent wake-up on when it ends (a needless re-check for the next
+    /// waiter, never a lost one).
+    pub(crate) fn checked(&self) {
+        self.slot.acting.store(false, Ordering::SeqCst);
     }
 }
 
@@ -613,6 +638,7 @@ impl Waiter {
     /// Only later waiters are woken, so waiters that keep failing pass
     /// it down the queue once and never back and forth.
     pub(crate) fn pass_on(&self) {
+        self.checked();
         let channels = self.shared.lock();
         let Some(ch) = channels.get(&self.channel) else {
             return;
@@ -640,8 +666,11 @@ impl Drop for Waiter {
             channels.remove(&self.channel);
             drop(channels);
             self.shared.send(Command::Unsubscribe(self.channel.clone()));
-        } else if self.slot.woken.load(Ordering::SeqCst) {
-            // We were woken but never acted on it: hand the wake-up on.
+        } else if self.slot.woken.load(Ordering::SeqCst) || self.slot.acting.load(Ordering::SeqCst)
+        {
+            // We were woken but never acted on it, or went away before the
+            // check it prompted was answered (an attempt withdrawn unsent):
+            // hand the wake-up on.
             if let Some(next) = ch.queue.iter().find(|s| !s.woken.load(Ordering::SeqCst)) {
                 next.wake();
             }

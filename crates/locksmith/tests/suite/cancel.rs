@@ -152,3 +152,87 @@ async fn a_cancelled_acquire_queued_behind_busy_calls_never_lands_after_its_roll
         .unwrap();
     assert!(clean, "an orphaned grant is left with {ttl} ms to live");
 }
+
+/// Issue 37, defect 3: a waiter woken by a release and cancelled while its
+/// attempt still waited in the batcher (both of its client's calls were out)
+/// went away with the wake-up: the attempt was withdrawn unsent, and the next
+/// waiter of that client slept until the old holder's lease end (30 s here)
+/// while the lock was free. The wake-up is now handed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_cancelled_before_its_attempt_is_sent_hands_the_wake_up_on() {
+    use locksmith_testkit::{FaultMode, FaultProxy, RedisServer};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let server = tokio::task::block_in_place(RedisServer::start).unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let build = |url: String| async move {
+        locksmith::Client::builder(url)
+            .lease(Duration::from_secs(30))
+            .build()
+            .await
+            .unwrap()
+    };
+    // A behind 200 ms of round trip; B direct.
+    let a = build(proxy.url()).await;
+    let b = build(server.url()).await;
+    proxy.set_mode(FaultMode::Latency(Duration::from_millis(100)));
+    for round in 0..20 {
+        let name = format!("handed-on-{round}");
+        let held = b.lock(name.as_str()).unwrap().lock().await.unwrap();
+        // Two of A's acquires on other names always out: A's next call
+        // waits its turn.
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy: Vec<_> = (0..2)
+            .map(|i| {
+                let lock = a.lock(format!("busy-{round}-{i}")).unwrap();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        if let Ok(guard) = lock.lock().await {
+                            let _ = guard.release().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let w1 = {
+            let lock = a.lock(name.as_str()).unwrap();
+            tokio::spawn(async move { lock.lock().await.map(drop) })
+        };
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                a.parked_waiter_count() == 1
+            })
+            .await,
+            "round {round}: W1 parks"
+        );
+        let w2 = {
+            let lock = a.lock(name.as_str()).unwrap();
+            tokio::spawn(async move { lock.lock().await })
+        };
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                a.parked_waiter_count() == 2
+            })
+            .await,
+            "round {round}: W2 parks"
+        );
+        // The message reaches A 100 ms after the release; W1, woken first,
+        // is cancelled 50 ms later, its attempt still queued.
+        held.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        w1.abort();
+        let _ = w1.await;
+        stop.store(true, Ordering::SeqCst);
+        let granted = tokio::time::timeout(Duration::from_secs(2), w2).await;
+        let guard = granted
+            .unwrap_or_else(|_| panic!("round {round}: W2 slept on while the lock was free"))
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+        for task in busy {
+            task.await.unwrap();
+        }
+    }
+}

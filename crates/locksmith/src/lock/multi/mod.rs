@@ -373,7 +373,13 @@ impl MultiLock {
                 client
                     .tasks()
                     .spawn(attempt_together(locks.clone(), deadline, Actor::current()));
-            let busy = match attempt.await {
+            let outcome = attempt.await;
+            // The attempt ran to its end: a wake-up that prompted it was
+            // used (and is passed on below where it was not needed).
+            for waiter in &waiters {
+                waiter.checked();
+            }
+            let busy = match outcome {
                 Ok(Ok(Together::Granted(guards))) => {
                     let cancelled =
                         std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready()))

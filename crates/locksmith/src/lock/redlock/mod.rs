@@ -729,7 +729,15 @@ impl Redlock {
         let mut cancel = std::pin::pin!(cancel);
         let mut waiters: Option<Vec<Waiter>> = None;
         loop {
-            if let Some(guard) = self.round().await? {
+            let round = self.round().await;
+            // Answered: a wake-up that prompted the round was used (one
+            // whose round failed is handed on as the waiters go).
+            if round.is_ok() {
+                for waiter in waiters.iter().flatten() {
+                    waiter.checked();
+                }
+            }
+            if let Some(guard) = round? {
                 let cancelled = std::future::poll_fn(|cx| {
                     std::task::Poll::Ready(cancel.as_mut().poll(cx).is_ready())
                 })

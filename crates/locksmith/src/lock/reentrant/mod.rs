@@ -404,17 +404,26 @@ impl Lock {
             self.shared.client.admit()?;
             let mut offered = false;
             if let Some(guard) = ticket.take_granted() {
+                waiter.checked();
                 return Ok(Some(self.given(guard)));
             }
             if recheck {
                 match ticket.claim() {
-                    Claim::Granted(guard) => return Ok(Some(self.given(guard))),
+                    Claim::Granted(guard) => {
+                        waiter.checked();
+                        return Ok(Some(self.given(guard)));
+                    }
                     // A local release is handing the lock to us: its outcome
                     // arrives through the ticket.
                     Claim::Pending => offered = true,
                     Claim::Attempt => {
                         let result = Box::pin(self.attempt_unless_yielding(deadline)).await;
                         ticket.reopen();
+                        // Answered (or failed): a wake-up that prompted
+                        // it was used; one cut short before is handed on.
+                        if result.is_ok() {
+                            waiter.checked();
+                        }
                         match result? {
                             Attempt::Granted(guard) => return Ok(Some(guard)),
                             Attempt::Busy(pttl) => {

@@ -166,10 +166,15 @@ impl SimpleLock {
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let mut waiter = None;
+        let mut waiter: Option<crate::engine::notify::Waiter> = None;
         let mut poll = POLL_MIN;
         loop {
-            let pttl = match self.attempt(&token).await? {
+            let attempt = self.attempt(&token).await?;
+            // Answered: a wake-up that prompted it was used.
+            if let Some(w) = &waiter {
+                w.checked();
+            }
+            let pttl = match attempt {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(pttl) => pttl,
             };
