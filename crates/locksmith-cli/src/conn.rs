@@ -157,10 +157,16 @@ impl ConnArgs {
     /// logs go nowhere here.
     pub(crate) async fn connect(&self) -> Result<Client, CliError> {
         let client = self.builder().build().await?;
-        for note in client.notes() {
-            eprintln!("locksmith: note: {note}");
-        }
+        say_notes(&client);
         Ok(client)
+    }
+}
+
+/// Says on stderr, one `locksmith: note:` line each, what the deployment
+/// lacks and the library works around ([`Client::notes`]).
+pub(crate) fn say_notes(client: &Client) {
+    for note in client.notes() {
+        eprintln!("locksmith: note: {note}");
     }
 }
 

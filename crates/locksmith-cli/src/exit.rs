@@ -13,6 +13,10 @@ pub(crate) const NOPERM: u8 = 77;
 pub(crate) const SOFTWARE: u8 = 70;
 /// Default for "lock not acquired in time" (`EX_TEMPFAIL`: try again later).
 pub(crate) const CONFLICT: u8 = 75;
+/// The server is too old for locksmith, or for an option asked for
+/// (`EX_CONFIG`: retrying cannot help; upgrading or changing the options
+/// can).
+pub(crate) const CONFIG: u8 = 78;
 /// The command exists but could not be executed (as in sh).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as in sh).
@@ -51,8 +55,8 @@ impl CliError {
                 ErrorKind::Connection
                 | ErrorKind::Timeout
                 | ErrorKind::NoQuorum
-                | ErrorKind::Tls
-                | ErrorKind::Unsupported => UNAVAILABLE,
+                | ErrorKind::Tls => UNAVAILABLE,
+                ErrorKind::Unsupported => CONFIG,
                 ErrorKind::Auth => NOPERM,
                 ErrorKind::Busy => CONFLICT,
                 _ => SOFTWARE,

@@ -42,7 +42,9 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
     }
     // With --redlock the nodes are the deployment; --redis is not used.
     let target = if args.redlock.is_empty() {
-        Target::Client(builder.build().await?)
+        let client = builder.build().await?;
+        crate::conn::say_notes(&client);
+        Target::Client(client)
     } else {
         let lease = args.lease.filter(|_| !args.no_renew);
         let nodes = RedlockNodes::connect_with(args.redlock.iter().map(|url| {

@@ -608,11 +608,16 @@ impl ClientBuilder {
     /// ping interval (or one over a day), a lease too short to hold anything (see
     /// [`Lock::with_lease`](crate::Lock::with_lease)), a URL whose form does
     /// not match the deployment (a cluster node given as `redis://`, a
-    /// standalone server given as `redis+cluster://`), a cluster whose slots
-    /// are not all served, or sharded notifications on a server older than
-    /// Redis 7; [`Error::Connect`] or [`Error::Timeout`] when the deployment
-    /// cannot be reached in time (the message names the address, and for
-    /// Sentinel says to check the addresses and the service name).
+    /// standalone server given as `redis+cluster://`), or a cluster whose
+    /// slots are not all served; [`Error::Unsupported`] for a server older
+    /// than Redis 6.0.6 (on a cluster, the oldest primary counts), or
+    /// [`NotifyMode::Sharded`] or [`NotifyMode::Both`] asked for on a
+    /// cluster older than Redis 7.0 (the message names the server's
+    /// version; [`NotifyMode::Classic`] works there); [`Error::Connect`] or
+    /// [`Error::Timeout`] when the deployment cannot be reached in time
+    /// (the message names the address, and for Sentinel says to check the
+    /// addresses and the service name); [`Error::Protocol`] when the
+    /// server names no version the library can read.
     ///
     /// Metrics go to the `metrics` recorder current at each kind's first
     /// acquire (the client keeps the handles it registers then): install the

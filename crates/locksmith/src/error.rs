@@ -164,10 +164,12 @@ pub enum Error {
         waited: Duration,
     },
 
-    /// The server is too old for the library: it lacks a command or
-    /// protocol a primitive needs. Refused when the client is built, before
-    /// anything was sent beyond the connection's own questions. Upgrading
-    /// the server is the fix; retrying cannot succeed.
+    /// The server is too old for what was asked: for the library at all
+    /// (older than Redis 6.0.6), or for an option (sharded notifications
+    /// on a cluster before Redis 7.0). Refused when the client is built,
+    /// before anything was sent beyond the connection's own questions.
+    /// Retrying cannot succeed: upgrade the server, or leave the option
+    /// out (the message says which).
     #[error("{addr} runs {server}; locksmith needs {needs} for {feature}")]
     Unsupported {
         /// The deployment, as the URL named it.

@@ -129,6 +129,14 @@ fn run_status_and_unlock_work_on_a_cluster() {
         redis6,
         "{out:?}"
     );
+    // `run` too, before CMD runs.
+    let out = locksmith(&user_url, &["run", "--lock", "noted", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("locksmith: note: release notifications use classic pub/sub"),
+        "{out:?}"
+    );
     // A malformed topology URL is a usage error, not a hang.
     let out = locksmith("redis+cluster://", &["status", "x"]);
     assert_ne!(out.code, Some(0), "{out:?}");

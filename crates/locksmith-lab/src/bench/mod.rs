@@ -691,7 +691,9 @@ impl Bench {
         let output = tokio::process::Command::new(&program)
             .args(["-h", "127.0.0.1", "-p", &port, "-q", "--csv"])
             .args(["-c", &self.args.tasks.to_string(), "-n", &calls.to_string()])
-            .args(["-r", "100000", "EVALSHA", &sha, "2", &key, &token])
+            // Random names from a space far larger than the calls, so
+            // few calls re-enter a hold an earlier one took.
+            .args(["-r", "100000000", "EVALSHA", &sha, "2", &key, &token])
             .args([&RAW_LEASE_MS.to_string(), &owner, "0"])
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)

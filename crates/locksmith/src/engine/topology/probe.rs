@@ -230,14 +230,16 @@ async fn replica_acks_wanted(
     }
 }
 
-/// The text of an `INFO` reply; on a cluster, where redis-rs asks every
-/// primary and answers with a map by node, the first node's.
-fn info_text(reply: Value) -> String {
-    let value = match reply {
-        Value::Map(mut nodes) if !nodes.is_empty() => nodes.swap_remove(0).1,
-        other => other,
-    };
-    redis::from_redis_value::<String>(value).unwrap_or_default()
+/// The texts of an `INFO` reply: one, or on a cluster, where redis-rs asks
+/// every primary and answers with a map by node, each primary's.
+fn info_texts(reply: Value) -> Vec<String> {
+    match reply {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .map(|(_, v)| redis::from_redis_value::<String>(v).unwrap_or_default())
+            .collect(),
+        other => vec![redis::from_redis_value::<String>(other).unwrap_or_default()],
+    }
 }
 
 /// The oldest Redis every primitive runs on: the fair lock's queue uses
@@ -264,21 +266,59 @@ impl ServerVersion {
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
                 .map(str::trim)
         };
+        // The leading digits of each part: `6.0.7-rc1` is 6.0.7.
+        let number = |part: &str| {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u32>().ok()
+        };
         let triple = |text: &str| {
-            let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-            Some((
-                parts.next()??,
-                parts.next()??,
-                parts.next().flatten().unwrap_or(0),
-            ))
+            let mut parts = text.split('.');
+            let major = number(parts.next()?)?;
+            let minor = number(parts.next()?)?;
+            let patch = parts.next().and_then(number).unwrap_or(0);
+            Some((major, minor, patch))
         };
-        let redis_text = field("redis_version")?;
-        let redis = triple(redis_text)?;
-        let product = match field("valkey_version") {
-            Some(v) => format!("Valkey {v}"),
-            None => format!("Redis {redis_text}"),
-        };
-        Some(ServerVersion { product, redis })
+        match (field("redis_version"), field("valkey_version")) {
+            (Some(redis), valkey) => Some(ServerVersion {
+                redis: triple(redis)?,
+                product: match valkey {
+                    Some(v) => format!("Valkey {v}"),
+                    None => format!("Redis {redis}"),
+                },
+            }),
+            // A Valkey that stopped naming the Redis version it speaks:
+            // every Valkey speaks at least Redis 7.2.
+            (None, Some(valkey)) => {
+                triple(valkey)?;
+                Some(ServerVersion {
+                    redis: (7, 2, 0),
+                    product: format!("Valkey {valkey}"),
+                })
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// The oldest version among the `INFO server` texts of a deployment's
+    /// primaries (one text for one server), said as such when there are
+    /// several; `None` when one of them names no version, or none came.
+    pub(crate) fn oldest(texts: &[String]) -> Option<ServerVersion> {
+        let mut oldest: Option<ServerVersion> = None;
+        for text in texts {
+            let version = ServerVersion::parse(text)?;
+            if oldest.as_ref().is_none_or(|o| version.redis < o.redis) {
+                oldest = Some(version);
+            }
+        }
+        let mut oldest = oldest?;
+        if texts.len() > 1 {
+            oldest.product = format!(
+                "{} (the oldest of its {} primaries)",
+                oldest.product,
+                texts.len()
+            );
+        }
+        Some(oldest)
     }
 
     /// Sharded pub/sub and scripts flagged `allow-cross-slot-keys`
@@ -288,10 +328,11 @@ impl ServerVersion {
     }
 }
 
-/// The version of the server `conn` reaches (a random node on a cluster;
-/// the nodes of one cluster run one version). A server older than
-/// [`OLDEST`] is refused here, at connect, naming what it lacks, rather
-/// than at the first acquire with a script error.
+/// The version of the server `conn` reaches; on a cluster the oldest of
+/// its primaries' (a cluster in the middle of a rolling upgrade is as
+/// capable as its oldest primary). A server older than [`OLDEST`] is
+/// refused here, at connect, naming what it lacks, rather than at the
+/// first acquire with a script error.
 pub(crate) async fn server_version(address: &Address, conn: &Conn) -> Result<ServerVersion> {
     let mut conn = conn.clone();
     let reply: Value = redis::cmd("INFO")
@@ -299,20 +340,26 @@ pub(crate) async fn server_version(address: &Address, conn: &Conn) -> Result<Ser
         .query_async(&mut conn)
         .await
         .map_err(Error::Redis)?;
-    let text = info_text(reply);
-    let Some(version) = ServerVersion::parse(&text) else {
+    let texts = info_texts(reply);
+    let Some(version) = ServerVersion::oldest(&texts) else {
         return Err(Error::protocol(format!(
-            "{}: INFO server names no redis_version",
+            "{}: INFO server names no version the library can read (no redis_version or valkey_version)",
             address.describe()
         )));
     };
     if version.redis < OLDEST {
         let (a, b, c) = OLDEST;
+        let cluster = matches!(address, Address::Cluster { .. });
         return Err(Error::Unsupported {
             addr: address.describe(),
             server: version.product,
-            needs: format!("Redis {a}.{b}.{c} or later, or Valkey"),
-            feature: "the fair lock's queue (LPOS, 6.0.6) and a cluster's release notifications (RESP3, 6.0)".to_owned(),
+            needs: format!("Redis {a}.{b}.{c} or later (or any Valkey)"),
+            feature: if cluster {
+                "the fair lock's queue (LPOS arrived in 6.0.6) and release notifications over RESP3 on a cluster (6.0)"
+            } else {
+                "the fair lock's queue (LPOS arrived in 6.0.6)"
+            }
+            .to_owned(),
         });
     }
     Ok(version)
@@ -338,8 +385,31 @@ mod tests {
         assert!(valkey.has_7_0());
         let short = ServerVersion::parse("redis_version:8.0\r\n").unwrap();
         assert_eq!(short.redis, (8, 0, 0));
+        let suffixed = ServerVersion::parse("redis_version:6.0.7-rc1\r\n").unwrap();
+        assert_eq!(suffixed.redis, (6, 0, 7));
+        let bare_valkey = ServerVersion::parse("valkey_version:9.0.0\r\n").unwrap();
+        assert_eq!(
+            (bare_valkey.product.as_str(), bare_valkey.redis),
+            ("Valkey 9.0.0", (7, 2, 0))
+        );
         assert!(ServerVersion::parse("redis_version:banana\r\n").is_none());
         assert!(ServerVersion::parse("uptime:3\r\n").is_none());
+        // A cluster in the middle of an upgrade is as old as its oldest
+        // primary, whichever node answers first.
+        let nodes = [
+            "redis_version:7.0.15\r\n".to_owned(),
+            "redis_version:6.2.14\r\n".to_owned(),
+            "redis_version:7.2.4\r\nvalkey_version:8.0.1\r\n".to_owned(),
+        ];
+        let oldest = ServerVersion::oldest(&nodes).unwrap();
+        assert_eq!(oldest.redis, (6, 2, 14));
+        assert_eq!(
+            oldest.product,
+            "Redis 6.2.14 (the oldest of its 3 primaries)"
+        );
+        assert!(!oldest.has_7_0());
+        assert!(ServerVersion::oldest(&[]).is_none());
+        assert!(ServerVersion::oldest(&[nodes[0].clone(), "uptime:3".to_owned()]).is_none());
         assert!(ServerVersion::parse("redis_version:6.0.5").unwrap().redis < super::OLDEST);
     }
 }
