@@ -73,8 +73,8 @@ test: setup servers
 	  --lane '$(CARGO) test -p redis-locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
 	  --lane '$(CARGO) test --workspace --doc'
 
-# The library's whole suite and the test kit's tests on each server the
-# test kit knows: the system's Redis 7.0, then Valkey 8, Redis 6.0 and
+# The library's whole suite, the test kit's tests and the CLI's (every
+# subcommand against real servers) on each server the test kit knows: the system's Redis 7.0, then Valkey 8, Redis 6.0 and
 # Redis 8 (installed by scripts/servers into .servers/), one after another,
 # each as `make test` runs the suite (its close tests alone at the end).
 # Every server runs; the target fails at the end if any failed.
@@ -82,7 +82,7 @@ test-servers: setup servers
 	@failed=""; for s in redis7 $(OTHER_SERVERS); do \
 	  echo "== test-servers: $$s"; \
 	  LOCKSMITH_TEST_SERVER=$$s ./scripts/run-tests --threads 2 --threads-for suite=4 \
-	    --alone suite=close:: -- -p redis-locksmith -p locksmith-testkit --tests \
+	    --alone suite=close:: -- -p redis-locksmith -p locksmith-testkit -p redis-locksmith-cli --tests \
 	    || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-servers: failed on$$failed"; exit 1; fi; \
