@@ -130,8 +130,12 @@ fn fixed_lease_running_out_terminates_the_command() {
             "--lock",
             "short",
             "--no-renew",
+            // Long enough for the shell to set its trap first on a loaded
+            // machine (with 500 ms, one run in a fresh clone's make test
+            // saw the SIGTERM arrive before the trap: the shell died of it
+            // without reporting).
             "--lease",
-            "500ms",
+            "2s",
             "--",
             "sh",
             "-c",
