@@ -32,8 +32,10 @@ lint: setup
 # and builds each from its packaged files (the library, the macros, the
 # CLI; the test kit, the lab and the service are not published).
 #
-# Beside the rest, the library suite's cross-version slice runs on each of
-# the other servers the test kit knows (scripts/servers installs them):
+# Beside the rest, once the service's tests are done (they run at a lower
+# priority and time their database pool), the library suite's
+# cross-version slice runs on each of the other servers the test kit
+# knows (scripts/servers installs them), one after another:
 # every primitive's single-server tests (over TLS, as the documented
 # minimal ACL user), the simple lock, ids and Redlock, one Sentinel
 # failover, one Cluster hand-off, and a Cluster's fallbacks where it lacks
@@ -63,6 +65,7 @@ test: setup servers
 	  --nice-for service=5 --skip ui::misuse_fails_to_compile \
 	  --alone lab=chaos_alone:: --alone suite=close:: \
 	  $(foreach s,$(OTHER_SERVERS),--variant 'suite|LOCKSMITH_TEST_SERVER=$(s)|$(SERVER_SLICE)') \
+	  --variants-after service \
 	  --variant 'lab|LOCKSMITH_TEST_SERVER=valkey8|chaos::a_broken_lock_kind_is_caught' \
 	  --lane '$(CARGO) clippy --workspace --all-targets -- -D warnings' \
 	  --lane '$(CARGO) clippy -p seckill --lib --bins -- -D warnings' \

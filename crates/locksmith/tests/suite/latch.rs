@@ -190,17 +190,23 @@ async fn a_redisson_client_shares_the_latch(env: Env) {
 
     // Java waits on the channel; our count-down publishes Redisson's `0`.
     latch.try_set_count(1).await.unwrap();
+    // Counted down only once the Java side listens (on a loaded machine
+    // its subscription can take longer than any fixed pause).
+    let (listening, subscribed) = std::sync::mpsc::channel();
     let java_waiter = tokio::task::spawn_blocking(move || {
         let mut sub = node.get_connection().unwrap();
         let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
         redis::cmd(subscribe).arg(&channel).exec(&mut sub).unwrap();
+        listening.send(()).unwrap();
         sub.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         let redis::Value::Array(parts) = sub.recv_response().unwrap() else {
             panic!("not a message")
         };
         redis::from_redis_value::<i64>(parts[2].clone()).unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::spawn_blocking(move || subscribed.recv().unwrap())
+        .await
+        .unwrap();
     assert_eq!(latch.count_down().await.unwrap(), 0);
     let message = tokio::time::timeout(Duration::from_secs(20), java_waiter)
         .await

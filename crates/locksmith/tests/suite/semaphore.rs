@@ -345,10 +345,14 @@ async fn a_redisson_client_shares_the_semaphore(env: Env) {
     // release announces the new count, which it acts on.
     assert_eq!(java_acquire(1), 0);
     let java_name = name.clone();
+    // Released only once the Java side listens (on a loaded machine its
+    // subscription can take longer than any fixed pause).
+    let (listening, subscribed) = std::sync::mpsc::channel();
     let java_waiter = tokio::task::spawn_blocking(move || {
         let mut sub = node.get_connection().unwrap();
         let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
         redis::cmd(subscribe).arg(&channel).exec(&mut sub).unwrap();
+        listening.send(()).unwrap();
         sub.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         let message = sub.recv_response().unwrap();
         let redis::Value::Array(parts) = message else {
@@ -362,7 +366,9 @@ async fn a_redisson_client_shares_the_semaphore(env: Env) {
             .unwrap();
         (count, got)
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::spawn_blocking(move || subscribed.recv().unwrap())
+        .await
+        .unwrap();
     permits.release().await.unwrap();
     let (count, got) = tokio::time::timeout(Duration::from_secs(20), java_waiter)
         .await
