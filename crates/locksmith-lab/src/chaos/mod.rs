@@ -542,12 +542,17 @@ fn tempfile_dir() -> Result<PathBuf, CliError> {
 }
 
 /// The worker slots whose current process holds a lock now (by the owner
-/// fields on the lock server, matched to each worker's client id).
+/// fields on the lock server, matched to each worker's client id); with
+/// `leased_only`, only holds the server keeps an owner for (locks, fair
+/// and read-write locks: a pause past their lease must end in a loss the
+/// holder notices), not a counting semaphore's permits, which have no
+/// lease to lose.
 async fn holders(
     slots: &[Slot],
     deployment: &Deployment,
     names: &[String],
     dir: &std::path::Path,
+    leased_only: bool,
 ) -> Vec<usize> {
     let mut owners = Vec::new();
     for name in names {
@@ -584,7 +589,7 @@ async fn holders(
         let on_server = client.is_some_and(|c| owners.iter().any(|o| o.starts_with(&c)));
         // Semaphores keep no owner on the server: the worker's own record
         // (granted, release not sent) tells.
-        if on_server || holds_by_history(&events) {
+        if on_server || (!leased_only && holds_by_history(&events)) {
             found.push(i);
         }
     }
@@ -746,7 +751,11 @@ async fn inject(
                 let pid = Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?);
                 let frozen = now();
                 kill(pid, Signal::SIGSTOP).map_err(|e| e.to_string())?;
-                let held = holders(slots, deployment, names, dir).await.contains(&i);
+                // A pause is meant to outlast a lease: only a leased hold
+                // counts as caught (the run checks its holder noticed).
+                let held = holders(slots, deployment, names, dir, kind == "pause")
+                    .await
+                    .contains(&i);
                 if held {
                     chosen = Some((i, pid, true));
                     break;
