@@ -93,8 +93,7 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
         .build()
         .await
         .expect("connect through password-protected Sentinels");
-    let guard = client.lock("sentinel-auth").unwrap().lock().await.unwrap();
-    guard.release().await.unwrap();
+    common::lock_and_release(&client, "sentinel-auth").await;
     // The same through the application's own Sentinel configuration: the
     // Sentinels' credentials in their URLs, the data nodes' in the closure.
     let sentinels: Vec<String> = group
@@ -116,8 +115,7 @@ async fn sentinels_and_data_nodes_take_their_own_credentials() {
     .build()
     .await
     .expect("the Sentinels' credentials come from their URLs");
-    let guard = own.lock("sentinel-auth-own").unwrap().lock().await.unwrap();
-    guard.release().await.unwrap();
+    common::lock_and_release(&own, "sentinel-auth-own").await;
     // Without the data nodes' credentials the Sentinels still answer, the
     // primary does not.
     let bare = format!(

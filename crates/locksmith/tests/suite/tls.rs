@@ -332,15 +332,7 @@ async fn a_plain_client_installs_no_crypto_provider() {
     }
     let server = RedisServer::start().unwrap();
     let client = Client::open(&server.url()).await.unwrap();
-    client
-        .lock("p")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::common::lock_and_release(&client, "p").await;
     assert!(
         rustls::crypto::CryptoProvider::get_default().is_none(),
         "a redis:// client installed a process-wide provider"
