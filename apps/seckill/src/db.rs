@@ -716,6 +716,13 @@ impl Db {
         Ok(())
     }
 
+    /// Pooled connections idle right now. A connection a query has just
+    /// finished with counts only once the pool has checked it on release
+    /// (a round trip to the database, in a task of its own).
+    pub fn idle_connections(&self) -> usize {
+        self.pool.num_idle()
+    }
+
     /// Closes the pool, waiting for connections in use.
     pub async fn close(&self) {
         self.pool.close().await;

@@ -269,6 +269,20 @@ async fn behind_proxy(pg: &Postgres) -> (Harness, locksmith_testkit::FaultProxy,
     for r in [a, b, c, d] {
         r.expect("the database answers through the proxy");
     }
+    // A connection goes back to the pool only after the pool has pinged it
+    // on release, in a task of its own. Silencing the proxy before those
+    // pings are answered strands the connections in them, and the
+    // purchase then finds none idle (503 after the pool wait): seen on a
+    // loaded machine. Wait until they are back.
+    let back = tokio::time::Instant::now() + Duration::from_secs(10);
+    while db.idle_connections() < 4 {
+        assert!(
+            tokio::time::Instant::now() < back,
+            "the pooled connections never came back idle ({} idle)",
+            db.idle_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     (h, proxy, voucher)
 }
 
