@@ -1187,6 +1187,7 @@ impl Client {
         self.inner.tasks.close();
         self.inner.renewer.close();
         self.inner.hub.close();
+        self.inner.conn.close();
         tracing::debug!(client = %self.inner.id, "client closed");
     }
 

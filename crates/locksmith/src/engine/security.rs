@@ -121,17 +121,9 @@ struct RotationShared {
     tx: watch::Sender<Credentials>,
     /// The refresh task, restarted on the current runtime when it ended.
     task: crate::engine::task::TaskSlot,
-    /// Fires when the client closes: the task ends for good.
+    /// Fires when the client closes: the task ends for good. (When the
+    /// last handle goes, the slot's drop ends it.)
     tasks: crate::engine::task::Tasks,
-    /// Cancelled when the last handle goes: the task ends at once instead
-    /// of at its next wake-up.
-    dropped: tokio_util::sync::CancellationToken,
-}
-
-impl Drop for RotationShared {
-    fn drop(&mut self) {
-        self.dropped.cancel();
-    }
 }
 
 impl Rotation {
@@ -157,7 +149,6 @@ impl Rotation {
                 tx,
                 task: crate::engine::task::TaskSlot::default(),
                 tasks: tasks.clone(),
-                dropped: tokio_util::sync::CancellationToken::new(),
             }),
         };
         rotation
@@ -194,14 +185,10 @@ impl Rotation {
 /// asks the provider and publishes a changed answer. Ends when the client
 /// closes or the rotation is gone.
 async fn refresh_credentials(shared: std::sync::Weak<RotationShared>, mut at_once: bool) {
-    let Some((stopped, dropped)) = shared
-        .upgrade()
-        .map(|s| (s.tasks.stopped(), s.dropped.clone().cancelled_owned()))
-    else {
+    let Some(stopped) = shared.upgrade().map(|s| s.tasks.stopped()) else {
         return;
     };
     tokio::pin!(stopped);
-    tokio::pin!(dropped);
     loop {
         let Some(refresh) = shared.upgrade().map(|s| s.refresh) else {
             return;
@@ -209,7 +196,6 @@ async fn refresh_credentials(shared: std::sync::Weak<RotationShared>, mut at_onc
         if !at_once {
             tokio::select! {
                 () = &mut stopped => return,
-                () = &mut dropped => return,
                 () = tokio::time::sleep(refresh) => {}
             }
         }

@@ -16,13 +16,27 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// One restartable background task.
+/// One restartable background task, owned by the structure that holds the
+/// slot: the task ends when the slot is stopped ([`TaskSlot::stop`]) or
+/// dropped, wherever it is waiting. A task that holds only a weak
+/// reference to its owner and waits for a timer, a message or a
+/// connection would otherwise live on (with the connections it holds)
+/// until that wait ends, which may be never.
 #[derive(Debug, Default)]
 pub(crate) struct TaskSlot {
     /// Points at a token the running task owns: it is dropped with the task
     /// (finished, or dropped by its runtime's shutdown), which tells the
     /// next caller to start a new one.
     alive: Mutex<Weak<()>>,
+    /// Cancelled by [`TaskSlot::stop`] and on drop: the task is dropped at
+    /// its next wake-up, and none starts again.
+    stop: CancellationToken,
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl TaskSlot {
@@ -31,13 +45,22 @@ impl TaskSlot {
         self.lock().strong_count() > 0
     }
 
-    /// Starts `make()` on the current runtime unless the task is alive.
-    /// Returns true when it started one. Outside a runtime nothing starts
-    /// (the next call from inside one will).
+    /// Ends the task for good: it is dropped at its next wake-up, and
+    /// [`TaskSlot::ensure`] starts no other.
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Starts `make()` on the current runtime unless the task is alive or
+    /// the slot was stopped. Returns true when it started one. Outside a
+    /// runtime nothing starts (the next call from inside one will).
     pub(crate) fn ensure<F>(&self, make: impl FnOnce() -> F) -> bool
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        if self.stop.is_cancelled() {
+            return false;
+        }
         let mut alive = self.lock();
         if alive.strong_count() > 0 {
             return false;
@@ -48,9 +71,17 @@ impl TaskSlot {
         let token = Arc::new(());
         *alive = Arc::downgrade(&token);
         let task = make();
+        let stop = self.stop.clone();
         runtime.spawn(async move {
             let _alive = token;
-            task.await;
+            // Dropped (not finished) when the owner stops or goes; the
+            // token is polled first so a task that is always ready still
+            // ends.
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => {}
+                () = task => {}
+            }
         });
         true
     }

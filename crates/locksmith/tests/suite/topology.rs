@@ -483,3 +483,66 @@ async fn replica_acks_keep_grants_through_failovers_and_without_them_a_grant_can
     second.release().await.unwrap();
     drop(group);
 }
+
+/// Client connections of the Sentinels of `group`, summed: every
+/// connection but the Sentinels' links to each other (named
+/// `sentinel-…`, made while the group settles) and the one asking.
+fn sentinel_connections(group: &locksmith_testkit::SentinelGroup) -> i64 {
+    group
+        .sentinel_addrs()
+        .iter()
+        .map(|addr| {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(
+                    &mut redis::Client::open(format!("redis://{addr}"))
+                        .unwrap()
+                        .get_connection()
+                        .unwrap(),
+                )
+                .unwrap();
+            list.lines()
+                .filter(|l| !l.contains(" name=sentinel-") && !l.contains("cmd=client|list"))
+                .count() as i64
+        })
+        .sum()
+}
+
+/// A dropped Sentinel client leaves no connection to the Sentinels behind
+/// (its `+switch-master` watcher ends with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_sentinel_clients_leave_no_sentinel_connections() {
+    // A group of its own: nothing else connects to its Sentinels.
+    let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
+    let url = sentinel_url(&group);
+    let before = tokio::task::block_in_place(|| sentinel_connections(&group));
+    for i in 0..20 {
+        let client = Client::open(&url).await.unwrap();
+        let guard = client
+            .lock(format!("drop-{i}"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        drop(client);
+    }
+    let settled = common::eventually(Duration::from_secs(20), || async {
+        tokio::task::block_in_place(|| sentinel_connections(&group)) <= before + 2
+    })
+    .await;
+    let after = tokio::task::block_in_place(|| sentinel_connections(&group));
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(
+            &mut redis::Client::open(format!("redis://{}", group.sentinel_addrs()[0]))
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(
+        settled,
+        "Sentinel connections grew from {before} to {after}:\n{list}"
+    );
+}

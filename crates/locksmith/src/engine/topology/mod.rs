@@ -127,6 +127,16 @@ impl Conn {
         }
     }
 
+    /// Stops what the connection runs in the background for itself (the
+    /// Sentinel watcher), when the client closes.
+    pub(crate) fn close(&self) {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.close(),
+            _ => {}
+        }
+    }
+
     /// True for a Redis Cluster: script calls and renewals must be grouped
     /// by slot.
     pub(crate) fn is_cluster(&self) -> bool {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::engine::conn::Timing;
 use crate::engine::security::{redact, Security};
+use crate::engine::task::TaskSlot;
 use crate::engine::topology::{manager_config, Address};
 use crate::error::{Error, Result};
 
@@ -38,6 +39,10 @@ struct SentinelShared {
     security: Security,
     /// The Sentinels and the service, for a fresh lookup.
     address: Address,
+    /// The `+switch-master` watcher: started with the connection, started
+    /// again on the caller's runtime if the one it ran on has ended, and
+    /// ended with the last handle or when the client closes.
+    watcher: TaskSlot,
 }
 
 impl SentinelConn {
@@ -48,9 +53,6 @@ impl SentinelConn {
     ) -> Result<SentinelConn> {
         let mut resolver = sentinel_client(address, security)?;
         let describe = address.describe();
-        let Address::Sentinel { sentinels, .. } = address else {
-            return Err(Error::invalid("not a Sentinel address"));
-        };
         let client = resolver
             .async_get_client()
             .await
@@ -73,13 +75,27 @@ impl SentinelConn {
                 timing,
                 security: security.clone(),
                 address: address.clone(),
+                watcher: TaskSlot::default(),
             }),
         };
-        tokio::spawn(watch_switches(
-            Arc::downgrade(&conn.shared),
-            sentinels.clone(),
-        ));
+        conn.ensure_watcher();
         Ok(conn)
+    }
+
+    /// Starts the `+switch-master` watcher on the current runtime unless
+    /// it runs (or the client closed).
+    fn ensure_watcher(&self) {
+        let Address::Sentinel { sentinels, .. } = &self.shared.address else {
+            return;
+        };
+        self.shared
+            .watcher
+            .ensure(|| watch_switches(Arc::downgrade(&self.shared), sentinels.clone()));
+    }
+
+    /// Stops the `+switch-master` watcher for good (the client closes).
+    pub(crate) fn close(&self) {
+        self.shared.watcher.stop();
     }
 
     /// The connections' TLS and credentials.
@@ -176,6 +192,8 @@ impl SentinelConn {
         op: impl FnOnce(ConnectionManager) -> RedisFuture<'a, T> + Send + 'a,
     ) -> RedisFuture<'a, T> {
         Box::pin(async move {
+            // The watcher died with the runtime it ran on: start it here.
+            self.ensure_watcher();
             let (conn, epoch) = self.current();
             match op(conn).await {
                 Ok(value) => Ok(value),
@@ -229,7 +247,8 @@ impl ConnectionLike for SentinelConn {
 /// failover (a demoted primary that comes back on its old address would
 /// otherwise answer reads as a stale replica). Tries the Sentinels in turn;
 /// on every (re)connection it also checks the primary, in case a switch was
-/// missed. Ends when the connection is dropped.
+/// missed. Ends when the last handle goes or the client closes (its slot
+/// drops it wherever it waits).
 async fn watch_switches(shared: std::sync::Weak<SentinelShared>, sentinels: Vec<String>) {
     use futures_util::StreamExt;
     let mut next = 0;
