@@ -484,14 +484,13 @@ async fn replica_acks_keep_grants_through_failovers_and_without_them_a_grant_can
     drop(group);
 }
 
-/// Client connections of the Sentinels of `group`, summed: every
-/// connection but the Sentinels' links to each other (named
-/// `sentinel-…`, made while the group settles) and the one asking.
-fn sentinel_connections(group: &locksmith_testkit::SentinelGroup) -> i64 {
-    group
-        .sentinel_addrs()
-        .iter()
-        .map(|addr| {
+/// The client list of every Sentinel of `group`, one line per connection,
+/// without the Sentinels' links to each other (named `sentinel-…`, made
+/// while the group settles) and the one asking.
+fn sentinel_clients(group: &locksmith_testkit::SentinelGroup) -> Vec<String> {
+    let ask = || {
+        let mut lines = Vec::new();
+        for addr in group.sentinel_addrs() {
             let list: String = redis::cmd("CLIENT")
                 .arg("LIST")
                 .query(
@@ -501,11 +500,27 @@ fn sentinel_connections(group: &locksmith_testkit::SentinelGroup) -> i64 {
                         .unwrap(),
                 )
                 .unwrap();
-            list.lines()
-                .filter(|l| !l.contains(" name=sentinel-") && !l.contains("cmd=client|list"))
-                .count() as i64
-        })
-        .sum()
+            lines.extend(
+                list.lines()
+                    .filter(|l| !l.contains(" name=sentinel-") && !l.contains("cmd=client|list"))
+                    .map(str::to_owned),
+            );
+        }
+        lines
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(ask),
+        _ => ask(),
+    }
+}
+
+/// How many connections subscribed on the Sentinels of `group`: the
+/// `+switch-master` watchers.
+fn sentinel_watchers(group: &locksmith_testkit::SentinelGroup) -> usize {
+    sentinel_clients(group)
+        .iter()
+        .filter(|l| l.contains(" sub=1 "))
+        .count()
 }
 
 /// A dropped Sentinel client leaves no connection to the Sentinels behind
@@ -515,34 +530,85 @@ async fn dropped_sentinel_clients_leave_no_sentinel_connections() {
     // A group of its own: nothing else connects to its Sentinels.
     let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
     let url = sentinel_url(&group);
-    let before = tokio::task::block_in_place(|| sentinel_connections(&group));
+    let before = sentinel_clients(&group).len();
     for i in 0..20 {
         let client = Client::open(&url).await.unwrap();
-        let guard = client
-            .lock(format!("drop-{i}"))
-            .unwrap()
-            .lock()
-            .await
-            .unwrap();
-        guard.release().await.unwrap();
+        common::lock_and_release(&client, &format!("drop-{i}")).await;
         drop(client);
     }
     let settled = common::eventually(Duration::from_secs(20), || async {
-        tokio::task::block_in_place(|| sentinel_connections(&group)) <= before + 2
+        sentinel_clients(&group).len() <= before + 2
     })
     .await;
-    let after = tokio::task::block_in_place(|| sentinel_connections(&group));
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(
-            &mut redis::Client::open(format!("redis://{}", group.sentinel_addrs()[0]))
-                .unwrap()
-                .get_connection()
-                .unwrap(),
-        )
-        .unwrap();
+    let after = sentinel_clients(&group);
     assert!(
         settled,
-        "Sentinel connections grew from {before} to {after}:\n{list}"
+        "Sentinel connections grew from {before} to {}:\n{}",
+        after.len(),
+        after.join("\n")
     );
+}
+
+/// The `+switch-master` watcher follows its client's runtime: it ends with
+/// the runtime that built the client, starts again with the client's first
+/// command on a later one, and ends for good at `close()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinel_watcher_follows_the_runtime_and_ends_at_close() {
+    let group = tokio::task::block_in_place(SentinelGroup::start).expect("a Sentinel group");
+    let url = sentinel_url(&group);
+    let watching = |n: usize| {
+        let group = &group;
+        async move {
+            common::eventually(Duration::from_secs(10), || async {
+                sentinel_watchers(group) == n
+            })
+            .await
+        }
+    };
+    // Built on a runtime of its own, which then ends.
+    let client = std::thread::scope(|s| {
+        s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let client = runtime.block_on(Client::open(&url)).unwrap();
+            runtime.block_on(async {
+                assert!(
+                    common::eventually(Duration::from_secs(10), || async {
+                        sentinel_watchers(&group) == 1
+                    })
+                    .await,
+                    "a client watches one Sentinel"
+                );
+            });
+            client
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(
+        watching(0).await,
+        "the watcher ended with its runtime: {:?}",
+        sentinel_clients(&group)
+    );
+    common::lock_and_release(&client, "later-runtime").await;
+    assert!(
+        watching(1).await,
+        "the first command on a later runtime starts the watcher again: {:?}",
+        sentinel_clients(&group)
+    );
+    client.close().await.unwrap();
+    assert!(
+        watching(0).await,
+        "close() ends the watcher: {:?}",
+        sentinel_clients(&group)
+    );
+    client
+        .lock("after-close")
+        .unwrap()
+        .lock()
+        .await
+        .expect_err("a closed client takes nothing");
+    assert_eq!(sentinel_watchers(&group), 0, "nothing starts it again");
 }
