@@ -28,3 +28,4 @@ pub(crate) mod task;
 pub(crate) mod topology;
 pub(crate) mod undo;
 pub(crate) mod validate;
+pub(crate) mod wait;

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{Client, Topology};
-use crate::engine::notify::{Check, Wake};
+use crate::engine::notify::Wake;
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -198,22 +199,17 @@ impl CountDownLatch {
     async fn wait_inner(&self, timeout: Option<Duration>) -> Result<bool> {
         let deadline = timeout.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
-        let opened = client
-            .hub()
-            .wait_on(
-                &self.shared.channel,
-                wake_at_zero,
-                1,
-                deadline,
-                client.config().recheck_interval,
-                || async {
-                    client.admit()?;
-                    Ok(match self.count().await? {
-                        0 => Check::Done(()),
-                        _ => Check::NotYet(None),
-                    })
-                },
-            )
+        let opened = Wait::on(client.hub(), &self.shared.channel)
+            .policy(wake_at_zero, 1)
+            .until(deadline)
+            .recheck(client.config().recheck_interval)
+            .run(|| async {
+                client.admit()?;
+                Ok(match self.count().await? {
+                    0 => Check::Done(()),
+                    _ => Check::NotYet(None),
+                })
+            })
             .await?;
         Ok(opened.is_some())
     }

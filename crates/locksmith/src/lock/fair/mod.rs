@@ -25,9 +25,10 @@ use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
-use crate::engine::notify::{wake_one, Check, Keeper};
+use crate::engine::notify::{wake_one, Keeper};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
+use crate::engine::wait::{Check, Wait};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -310,21 +311,16 @@ impl FairLock {
                 .keeper
                 .get_or_init(|| client.hub().keep(&self.shared.channel, wake_one));
         }
-        let got = client
-            .hub()
-            .wait_on(
-                &self.shared.channel,
-                wake_one,
-                1,
-                deadline,
-                self.wait_timeout / 3,
-                || async {
-                    Ok(match self.attempt(patience).await? {
-                        Attempt::Granted(guard) => Check::Done(guard),
-                        Attempt::Queued { until } => Check::NotYet(Some(until)),
-                    })
-                },
-            )
+        let got = Wait::on(client.hub(), &self.shared.channel)
+            .policy(wake_one, 1)
+            .until(deadline)
+            .recheck(self.wait_timeout / 3)
+            .run(|| async {
+                Ok(match self.attempt(patience).await? {
+                    Attempt::Granted(guard) => Check::Done(guard),
+                    Attempt::Queued { until } => Check::NotYet(Some(until)),
+                })
+            })
             .await;
         entry.end(matches!(got, Ok(Some(_)))).await;
         got

@@ -31,6 +31,7 @@ use crate::client::Client;
 use crate::engine::conn::ATTEMPTS;
 use crate::engine::hold::{Actor, GATE_POLL};
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -362,99 +363,61 @@ impl MultiLock {
             })
             .collect();
         let client = locks[0].client().clone();
-        let mut waiters: Vec<crate::engine::notify::Waiter> = Vec::new();
-        // The member channel whose release message woke the last wait.
-        let mut woken_by: Option<usize> = None;
-        loop {
-            // In its own task: if this future is dropped mid-call, the
-            // task still records the outcome, and guards nobody takes are
-            // dropped, which releases them.
-            let attempt =
-                client
-                    .tasks()
-                    .spawn(attempt_together(locks.clone(), deadline, Actor::current()));
-            let outcome = attempt.await;
-            // The attempt ran to its end: a wake-up that prompted it was
-            // used (and is passed on below where it was not needed).
-            for waiter in &waiters {
-                waiter.checked();
-            }
-            let busy = match outcome {
-                Ok(Ok(Together::Granted(guards))) => {
-                    let cancelled =
-                        std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready()))
-                            .await;
-                    if cancelled {
-                        give_back(guards).await;
-                        return Ok(None);
-                    }
-                    // Each member's hold is this task's (the grant was made
-                    // in the attempt's own task).
-                    for (lock, guard) in locks.iter().zip(&guards) {
-                        if let Some(episode) = guard.episode() {
-                            lock.shared.gate.given(episode);
+        let listen: Vec<_> = locks
+            .iter()
+            .map(|lock| (client.hub(), &*lock.shared.channel))
+            .collect();
+        let got = Wait::on_all(listen)
+            .until(deadline)
+            // A release message wakes one waiter of this client per
+            // channel; an attempt it prompted that fails (another member
+            // is busy) passes it to a waiter queued behind, which may need
+            // only the freed member.
+            .pass_on_unused()
+            .run_with(
+                || {
+                    // In its own task: if this future is dropped mid-call,
+                    // the task still records the outcome, and guards nobody
+                    // takes are dropped, which releases them.
+                    let attempt = client.tasks().spawn(attempt_together(
+                        locks.clone(),
+                        deadline,
+                        Actor::current(),
+                    ));
+                    async move {
+                        match attempt.await {
+                            Ok(Ok(Together::Granted(guards))) => Ok(Check::Done(guards)),
+                            Ok(Ok(Together::Busy(pttl))) => {
+                                Ok(Check::NotYet(Some(Instant::now() + pttl)))
+                            }
+                            Ok(Err(e)) => Err(e),
+                            Err(e) => Err(Error::internal(format!(
+                                "MultiLock acquire task failed: {e}"
+                            ))),
                         }
                     }
-                    return Ok(Some(MultiGuard { guards }));
-                }
-                Ok(Ok(Together::Busy(pttl))) => {
-                    // A release message wakes one waiter of this client per
-                    // channel; this attempt used it and failed (another
-                    // member is busy), so pass it on to a waiter queued
-                    // behind, which may need only the freed member.
-                    if let Some(i) = woken_by.take() {
-                        waiters[i].pass_on();
-                    }
-                    pttl
-                }
-                Ok(Err(e)) => {
-                    // The wake-up this attempt used is not lost with it.
-                    if let Some(i) = woken_by.take() {
-                        waiters[i].pass_on();
-                    }
-                    return Err(e);
-                }
-                Err(e) => {
-                    return Err(Error::internal(format!(
-                        "MultiLock acquire task failed: {e}"
-                    )))
-                }
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(None);
-            }
-            let mut until = now + busy;
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            if waiters.is_empty() {
-                // Listen on every member's channel, then look again: a
-                // release may have come before we listened.
-                for lock in &locks {
-                    waiters.push(
-                        client
-                            .hub()
-                            .register(
-                                &lock.shared.channel,
-                                crate::engine::notify::wake_one,
-                                1,
-                                deadline,
-                            )
-                            .await,
-                    );
-                }
-                continue;
-            }
-            let any = futures_util::future::select_all(
-                waiters.iter().map(|w| Box::pin(w.wait_until(until))),
-            );
-            tokio::select! {
-                biased;
-                () = cancel.as_mut() => return Ok(None),
-                (woken, i, _) = any => woken_by = woken.then_some(i),
+                },
+                std::future::pending,
+                cancel.as_mut(),
+            )
+            .await?;
+        let Some(guards) = got else {
+            return Ok(None);
+        };
+        let cancelled =
+            std::future::poll_fn(|cx| Poll::Ready(cancel.as_mut().poll(cx).is_ready())).await;
+        if cancelled {
+            give_back(guards).await;
+            return Ok(None);
+        }
+        // Each member's hold is this task's (the grant was made in the
+        // attempt's own task).
+        for (lock, guard) in locks.iter().zip(&guards) {
+            if let Some(episode) = guard.episode() {
+                lock.shared.gate.given(episode);
             }
         }
+        Ok(Some(MultiGuard { guards }))
     }
 
     /// As [`MultiLock::try_lock_for`] (`wait` of `None`: as long as it

@@ -41,10 +41,10 @@ use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Call, Tracked, Tracker};
 use crate::engine::held::{Held, Holding};
 use crate::engine::lease::{drift, LeaseState};
-use crate::engine::notify::{self, Waiter};
 use crate::engine::task::Tasks;
 use crate::engine::undo::{self, Armed};
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -727,67 +727,45 @@ impl Redlock {
     ) -> Result<Option<RedlockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let mut cancel = std::pin::pin!(cancel);
-        let mut waiters: Option<Vec<Waiter>> = None;
-        loop {
-            let round = self.round().await;
-            // Answered: a wake-up that prompted the round was used (one
-            // whose round failed is handed on as the waiters go).
-            if round.is_ok() {
-                for waiter in waiters.iter().flatten() {
-                    waiter.checked();
-                }
+        let retry_delay = self.nodes.inner.retry_delay;
+        let round = || async move {
+            Ok(match self.round().await? {
+                Some(guard) => Check::Done(guard),
+                None => Check::NotYet(Some(Instant::now() + jitter(retry_delay))),
+            })
+        };
+        let got = match round().await? {
+            Check::Done(guard) => Some(guard),
+            Check::NotYet(hint) | Check::Pending(hint) => {
+                // Listen on the nodes the first round reached; between
+                // rounds a random pause, cut short by a release announced
+                // on any node (undone rounds announce nothing, so
+                // contenders that split a round do not wake each other).
+                let clients = self.nodes.inner.connected();
+                let listen: Vec<_> = clients
+                    .iter()
+                    .map(|c| (c.hub(), &*self.keys.channel))
+                    .collect();
+                let seen = Wait::seen(&listen);
+                Wait::on_all(listen)
+                    .until(deadline)
+                    .after_check(seen, hint)
+                    .sleep_after_join()
+                    .run_with(round, std::future::pending, cancel.as_mut())
+                    .await?
             }
-            if let Some(guard) = round? {
-                let cancelled = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(cancel.as_mut().poll(cx).is_ready())
-                })
+        };
+        let Some(guard) = got else {
+            return Ok(None);
+        };
+        let cancelled =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(cancel.as_mut().poll(cx).is_ready()))
                 .await;
-                if cancelled {
-                    let _ = guard.release().await;
-                    return Ok(None);
-                }
-                return Ok(Some(guard));
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(None);
-            }
-            // A random pause, cut short by a release announced on any
-            // node (undone rounds announce nothing, so contenders that
-            // split a round do not wake each other).
-            let mut until = now + jitter(self.nodes.inner.retry_delay);
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            if waiters.is_none() {
-                let registering = self.nodes.inner.nodes.iter().filter_map(|n| n.connected());
-                let channel = &self.keys.channel;
-                waiters = Some(
-                    join_all(registering.map(|c| async move {
-                        c.hub()
-                            .register(channel, notify::wake_one, 1, Some(until))
-                            .await
-                    }))
-                    .await,
-                );
-            }
-            let pause = async {
-                match waiters.as_deref() {
-                    Some(ws) if !ws.is_empty() => {
-                        futures_util::future::select_all(
-                            ws.iter().map(|w| Box::pin(w.wait_until(until))),
-                        )
-                        .await;
-                    }
-                    _ => tokio::time::sleep_until(until).await,
-                }
-            };
-            tokio::select! {
-                biased;
-                () = cancel.as_mut() => return Ok(None),
-                () = pause => {}
-            }
+        if cancelled {
+            let _ = guard.release().await;
+            return Ok(None);
         }
+        Ok(Some(guard))
     }
 
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<RedlockGuard>> {

@@ -28,6 +28,7 @@ use crate::engine::hold::{ActorGate, HoldState, GATE_POLL};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::scripts;
 use tokio::sync::OwnedMutexGuard;
@@ -354,11 +355,9 @@ impl Lock {
             .unwrap_or_else(|| self.shared.client.config().lease)
     }
 
-    /// The acquire loop: try (or, when this client's waiters already queue
-    /// for the lock, join them directly); if busy, join the channel's
-    /// waiters, try again if a release may have slipped in before joining
-    /// (always when the subscription is new), then sleep until woken or until the holder's lease or
-    /// our wait runs out, and try again.
+    /// Try (or, when this client's waiters already queue for the lock,
+    /// join them directly); if busy, wait in the engine's loop (see
+    /// [`Lock::wait_for_grant`]).
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         // Before joining this client's waiters without a round trip.
@@ -374,7 +373,7 @@ impl Lock {
             _ if !self.holds_nothing() => None,
             _ => hub.busy_until(channel),
         };
-        let mut busy_until = match queued {
+        let busy_until = match queued {
             Some(until) => until,
             None => match self.attempt_unless_yielding(deadline).await? {
                 Attempt::Granted(guard) => return Ok(Some(guard)),
@@ -385,79 +384,68 @@ impl Lock {
             return Ok(None);
         }
         metrics::counter!("locksmith_lock_waits_total").increment(1);
-        // The waiting path's futures are boxed: the uncontended path (one
+        // The waiting path's future is boxed: the uncontended path (one
         // attempt above) keeps a small future, which every caller's future
         // holds.
-        let waiter =
-            Box::pin(hub.register(channel, crate::engine::notify::wake_one, 1, deadline)).await;
-        waiter.note_busy(busy_until);
-        // Parked in this client's hand-off queue: a local holder's release
-        // may grant us the lock directly.
+        Box::pin(self.wait_for_grant(deadline, seen, busy_until)).await
+    }
+
+    /// The waiting path of [`Lock::acquire_inner`], through the engine's
+    /// wait loop: parked in this client's hand-off queue too, so a local
+    /// holder's release may grant the lock directly (the ticket's
+    /// notification then ends the sleep). `seen` is the channel's message
+    /// counter before the first attempt, `busy_until` the holder's lease
+    /// end that attempt saw.
+    async fn wait_for_grant(
+        &self,
+        deadline: Option<Instant>,
+        seen: Option<u64>,
+        busy_until: Instant,
+    ) -> Result<Option<LockGuard>> {
+        let hub = self.shared.client.hub();
+        let channel = &*self.shared.channel;
         let ticket = TicketGuard::join(self);
-        // Re-check unless the channel was already subscribed before the
-        // attempt and no message arrived since: then no release can have
-        // slipped between the attempt and joining the queue.
-        let mut recheck = seen.is_none() || hub.seq(channel) != seen;
-        loop {
-            // Closed meanwhile: a grant parked on the ticket is released
-            // with it.
-            self.shared.client.admit()?;
-            let mut offered = false;
-            if let Some(guard) = ticket.take_granted() {
-                waiter.checked();
-                return Ok(Some(self.given(guard)));
-            }
-            if recheck {
-                match ticket.claim() {
-                    Claim::Granted(guard) => {
-                        waiter.checked();
-                        return Ok(Some(self.given(guard)));
+        let ticket = &ticket;
+        Wait::on(hub, channel)
+            .until(deadline)
+            .after_check(vec![seen], Some(busy_until))
+            .note_busy()
+            .run_with(
+                || async move {
+                    // Closed meanwhile: a grant parked on the ticket is
+                    // released with it.
+                    self.shared.client.admit()?;
+                    if let Some(guard) = ticket.take_granted() {
+                        return Ok(Check::Done(self.given(guard)));
                     }
-                    // A local release is handing the lock to us: its outcome
-                    // arrives through the ticket.
-                    Claim::Pending => offered = true,
-                    Claim::Attempt => {
-                        let result = Box::pin(self.attempt_unless_yielding(deadline)).await;
-                        ticket.reopen();
-                        // Answered (or failed): a wake-up that prompted
-                        // it was used; one cut short before is handed on.
-                        if result.is_ok() {
-                            waiter.checked();
+                    match ticket.claim() {
+                        Claim::Granted(guard) => Ok(Check::Done(self.given(guard))),
+                        // A local release is handing the lock to us: its
+                        // outcome arrives through the ticket within a round
+                        // trip; until then look again no sooner than
+                        // OFFER_POLL (a lease end already past must not
+                        // turn the wait into a spin).
+                        Claim::Pending => {
+                            let now = Instant::now();
+                            let busy = hub.busy_until(channel).unwrap_or(now);
+                            Ok(Check::Pending(Some(busy.max(now + OFFER_POLL))))
                         }
-                        match result? {
-                            Attempt::Granted(guard) => return Ok(Some(guard)),
-                            Attempt::Busy(pttl) => {
-                                busy_until = Instant::now() + pttl;
-                                waiter.note_busy(busy_until);
-                            }
+                        Claim::Attempt => {
+                            let result = self.attempt_unless_yielding(deadline).await;
+                            ticket.reopen();
+                            Ok(match result? {
+                                Attempt::Granted(guard) => Check::Done(guard),
+                                // A lost message costs at most the holder's
+                                // remaining lease.
+                                Attempt::Busy(pttl) => Check::NotYet(Some(Instant::now() + pttl)),
+                            })
                         }
                     }
-                }
-            }
-            recheck = true;
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                // Out of time; a grant parked meanwhile is released with the
-                // ticket.
-                return Ok(None);
-            }
-            // A lost message costs at most the holder's remaining lease.
-            // While an offer is pending its outcome comes through the
-            // ticket within a round trip: a lease end already past must not
-            // turn the wait into a spin.
-            let mut until = if offered {
-                busy_until.max(now + OFFER_POLL)
-            } else {
-                busy_until
-            };
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            tokio::select! {
-                _ = waiter.wait_until(until) => {}
-                _ = ticket.notified() => {}
-            }
-        }
+                },
+                || ticket.notified(),
+                std::future::pending(),
+            )
+            .await
     }
 
     /// A grant handed over by a local release reaches its waiter: the hold

@@ -23,9 +23,10 @@ use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
-use crate::engine::notify::{Check, Wake};
+use crate::engine::notify::Wake;
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
+use crate::engine::wait::{Check, Wait};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -381,16 +382,11 @@ impl ReadWriteLock {
         } else {
             client.config().lease
         };
-        let got = client
-            .hub()
-            .wait_on(
-                &self.shared.channel,
-                wake_everyone,
-                1,
-                deadline,
-                recheck,
-                || self.attempt(side, claim),
-            )
+        let got = Wait::on(client.hub(), &self.shared.channel)
+            .policy(wake_everyone, 1)
+            .until(deadline)
+            .recheck(recheck)
+            .run(|| self.attempt(side, claim))
             .await;
         entry.end(matches!(got, Ok(Some(_)))).await;
         got

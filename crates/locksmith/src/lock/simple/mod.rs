@@ -11,6 +11,7 @@ use crate::client::Client;
 use crate::engine::renewal::Hold;
 use crate::engine::undo::{self, Armed, UndoFuture};
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::lock::LockGuard;
 use crate::scripts;
@@ -166,46 +167,23 @@ impl SimpleLock {
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let mut waiter: Option<crate::engine::notify::Waiter> = None;
+        // Busy answers are checked again after a growing pause (capped by
+        // the holder's lease end), message or not.
         let mut poll = POLL_MIN;
-        loop {
-            let attempt = self.attempt(&token).await?;
-            // Answered: a wake-up that prompted it was used.
-            if let Some(w) = &waiter {
-                w.checked();
-            }
-            let pttl = match attempt {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(pttl) => pttl,
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| d <= now) {
-                return Ok(None);
-            }
-            if waiter.is_none() {
-                waiter = Some(
-                    self.shared
-                        .client
-                        .hub()
-                        .register(
-                            &self.shared.channel,
-                            crate::engine::notify::wake_one,
-                            1,
-                            deadline,
-                        )
-                        .await,
-                );
-                continue;
-            }
-            let mut until = now + pttl.min(poll);
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            if let Some(w) = &waiter {
-                w.wait_until(until).await;
-            }
-            poll = (poll * 2).min(POLL_MAX);
-        }
+        Wait::on(self.shared.client.hub(), &self.shared.channel)
+            .until(deadline)
+            .run(|| {
+                let pause = poll;
+                poll = (poll * 2).min(POLL_MAX);
+                let token = &token;
+                async move {
+                    Ok(match self.attempt(token).await? {
+                        Ok(guard) => Check::Done(guard),
+                        Err(pttl) => Check::NotYet(Some(Instant::now() + pttl.min(pause))),
+                    })
+                }
+            })
+            .await
     }
 
     /// One acquire call with `token`; `Err(pttl)` when busy. Resent on a

@@ -18,9 +18,10 @@ use redis::Value;
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::held::{Held, Holding};
-use crate::engine::notify::{Check, Wake};
+use crate::engine::notify::Wake;
 use crate::engine::task::Tasks;
 use crate::engine::validate;
+use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -278,21 +279,16 @@ impl Semaphore {
         validate::count(permits, "permits")?;
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
-        client
-            .hub()
-            .wait_on(
-                &self.shared.channel,
-                wake_for_permits,
-                permits,
-                deadline,
-                client.config().recheck_interval,
-                || async {
-                    Ok(match self.attempt(permits).await? {
-                        Attempt::Taken => Check::Done(self.permits(permits)),
-                        Attempt::Short => Check::NotYet(None),
-                    })
-                },
-            )
+        Wait::on(client.hub(), &self.shared.channel)
+            .policy(wake_for_permits, permits)
+            .until(deadline)
+            .recheck(client.config().recheck_interval)
+            .run(|| async {
+                Ok(match self.attempt(permits).await? {
+                    Attempt::Taken => Check::Done(self.permits(permits)),
+                    Attempt::Short => Check::NotYet(None),
+                })
+            })
             .await
     }
 

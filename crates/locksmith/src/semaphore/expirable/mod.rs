@@ -17,9 +17,9 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
 use crate::engine::held::{Held, Holding};
-use crate::engine::notify::Check;
 use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::Tasks;
+use crate::engine::wait::{Check, Wait};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
@@ -248,21 +248,16 @@ impl ExpirableSemaphore {
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
         let deadline = wait.map(validate::deadline).transpose()?;
         let client = &self.shared.client;
-        client
-            .hub()
-            .wait_on(
-                &self.shared.channel,
-                wake_for_permits,
-                1,
-                deadline,
-                client.config().recheck_interval,
-                || async {
-                    Ok(match self.attempt().await? {
-                        Attempt::Taken(permit) => Check::Done(permit),
-                        Attempt::Short(next) => Check::NotYet(next),
-                    })
-                },
-            )
+        Wait::on(client.hub(), &self.shared.channel)
+            .policy(wake_for_permits, 1)
+            .until(deadline)
+            .recheck(client.config().recheck_interval)
+            .run(|| async {
+                Ok(match self.attempt().await? {
+                    Attempt::Taken(permit) => Check::Done(permit),
+                    Attempt::Short(next) => Check::NotYet(next),
+                })
+            })
             .await
     }
 
