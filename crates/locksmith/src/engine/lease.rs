@@ -1,7 +1,7 @@
 //! What a holder knows locally about its lease: when it runs out (by the
 //! monotonic clock) and whether it has been lost.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -32,6 +32,9 @@ pub(crate) struct LeaseState {
     /// Wakes [`LostSignal::wait`] when the deadline moves, so a signal
     /// waiting on its own timer follows a shortened lease.
     moved: Notify,
+    /// The lease kept on several nodes this one is a node's part of: told
+    /// of every change (see [`Quorum`]).
+    quorum: OnceLock<Weak<Quorum>>,
 }
 
 impl LeaseState {
@@ -41,6 +44,7 @@ impl LeaseState {
             deadline: Mutex::new(valid_until(sent_at, lease)),
             lost: CancellationToken::new(),
             moved: Notify::new(),
+            quorum: OnceLock::new(),
         }
     }
 
@@ -74,6 +78,14 @@ impl LeaseState {
             *deadline = f(*deadline);
         }
         self.moved.notify_waiters();
+        self.tell_quorum();
+    }
+
+    /// Brings the quorum lease this one is part of (if any) up to date.
+    fn tell_quorum(&self) {
+        if let Some(quorum) = self.quorum.get().and_then(Weak::upgrade) {
+            quorum.update();
+        }
     }
 
     /// The instant after which the lease must be assumed gone.
@@ -91,7 +103,10 @@ impl LeaseState {
 
     /// Marks the lease lost and fires every [`LostSignal`].
     pub(crate) fn mark_lost(&self) {
-        self.lost.cancel();
+        if !self.lost.is_cancelled() {
+            self.lost.cancel();
+            self.tell_quorum();
+        }
     }
 
     /// True once the lease has been lost, or its deadline has passed (which
@@ -113,6 +128,63 @@ impl LeaseState {
         LostSignal {
             state: self.clone(),
         }
+    }
+}
+
+/// A lease kept on several nodes at once (Redlock): each node's part is a
+/// [`LeaseState`] of its own, kept by that node's watchdog; the whole is
+/// valid while `need` parts are, until the `need`-th latest of their
+/// deadlines. Every change of a part updates the whole at once, so the
+/// whole needs no task of its own: it is lost as soon as fewer than `need`
+/// parts are left, and runs out on its own timer otherwise.
+#[derive(Debug)]
+pub(crate) struct Quorum {
+    /// The nodes' parts (each also held by its node's watchdog).
+    parts: Vec<Arc<LeaseState>>,
+    /// How many parts must hold.
+    need: usize,
+    /// The whole, shared with the guard.
+    whole: Arc<LeaseState>,
+}
+
+impl Quorum {
+    /// Makes `whole` follow `parts`; keep the answer for as long as the
+    /// hold lives (the parts refer to it weakly).
+    pub(crate) fn new(
+        whole: Arc<LeaseState>,
+        parts: Vec<Arc<LeaseState>>,
+        need: usize,
+    ) -> Arc<Self> {
+        let quorum = Arc::new(Quorum {
+            parts,
+            need: need.max(1),
+            whole,
+        });
+        for part in &quorum.parts {
+            let _ = part.quorum.set(Arc::downgrade(&quorum));
+        }
+        quorum.update();
+        quorum
+    }
+
+    /// Sets the whole from the parts: lost when fewer than `need` are left,
+    /// else valid until the `need`-th latest deadline of those left.
+    fn update(&self) {
+        // The parts' fields are read directly: `is_lost` would mark a part
+        // past its deadline lost, which calls back here.
+        let mut ends: Vec<Instant> = self
+            .parts
+            .iter()
+            .filter(|p| !p.lost.is_cancelled())
+            .map(|p| p.deadline())
+            .collect();
+        if ends.len() < self.need {
+            self.whole.mark_lost();
+            return;
+        }
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let end = ends[self.need - 1];
+        self.whole.set(|_| end);
     }
 }
 
@@ -226,5 +298,53 @@ mod tests {
         // Once lost, nothing revives it.
         state.armed(Instant::now(), Duration::from_secs(30));
         assert!(state.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_lease_follows_its_parts() {
+        let start = Instant::now();
+        let lease = Duration::from_secs(30);
+        let parts: Vec<_> = (0..3)
+            .map(|_| Arc::new(LeaseState::new(start, lease)))
+            .collect();
+        let whole = Arc::new(LeaseState::new(start, lease));
+        let quorum = Quorum::new(whole.clone(), parts.clone(), 2);
+        assert_eq!(whole.deadline(), start + lease - drift(lease));
+        // One part renewed: two parts must hold, so the whole waits for a
+        // second one.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let renewed = Instant::now();
+        parts[0].armed(renewed, lease);
+        assert_eq!(whole.deadline(), start + lease - drift(lease));
+        parts[1].armed(renewed, lease);
+        assert_eq!(whole.deadline(), renewed + lease - drift(lease));
+        // A part lost: the two left still make a quorum, until the
+        // earlier of their ends.
+        parts[0].mark_lost();
+        assert!(!whole.is_lost());
+        assert_eq!(whole.deadline(), start + lease - drift(lease));
+        // A second part lost: no quorum, the whole is lost at once.
+        parts[2].mark_lost();
+        assert!(whole.is_lost());
+        // And stays lost.
+        parts[1].armed(Instant::now(), lease);
+        assert!(whole.is_lost());
+        drop(quorum);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_lease_runs_out_with_its_parts_unrenewed() {
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        let parts: Vec<_> = (0..3)
+            .map(|_| Arc::new(LeaseState::new(start, lease)))
+            .collect();
+        let whole = Arc::new(LeaseState::new(start, lease));
+        let _quorum = Quorum::new(whole.clone(), parts, 2);
+        let signal = whole.signal();
+        tokio::time::advance(lease).await;
+        tokio::time::timeout(Duration::from_millis(1), signal.wait())
+            .await
+            .expect("the whole runs out on its own timer");
     }
 }

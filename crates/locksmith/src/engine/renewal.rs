@@ -365,6 +365,14 @@ impl Renewer {
 
     /// Registers a hold granted by a command sent at `sent_at`.
     pub(crate) fn register(&self, hold: Hold, sent_at: Instant) -> Registration {
+        self.register_part(hold, sent_at, true)
+    }
+
+    /// As [`Renewer::register`], for one node's part of a hold kept on
+    /// several (see [`Quorum`](crate::engine::lease::Quorum)); `warn`:
+    /// whether this part gives the fixed-lease warning at 80% of the lease
+    /// (one part of a hold does, not each).
+    pub(crate) fn register_part(&self, hold: Hold, sent_at: Instant, warn: bool) -> Registration {
         let state = Arc::new(LeaseState::new(sent_at, hold.lease));
         let id = self
             .shared
@@ -384,7 +392,7 @@ impl Renewer {
             retrying: false,
             generation: 0,
             granted: sent_at,
-            warned: false,
+            warned: !warn,
         };
         let wake = {
             let mut entries = self.shared.lock_entries();

@@ -497,3 +497,50 @@ async fn one_server_under_two_names_never_counts_twice() {
     assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
     assert!(!held_on(&urls[0], "redlock:alias"), "nothing left held");
 }
+
+/// Each granting node's part of a hold is kept by that node client's own
+/// watchdog, the one its plain locks use (batched with their renewals),
+/// not by a renewal task of the Redlock's; releasing takes it off every
+/// watchdog. A node whose part is gone on the server is dropped from the
+/// hold, which stays held while a majority of parts renew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_watchdog_keeps_its_part_of_the_hold() {
+    let servers = RedisNodes::start(3).unwrap();
+    let lease = Duration::from_millis(1500);
+    let mut clients = Vec::new();
+    for url in servers.urls() {
+        clients.push(Client::builder(url).lease(lease).build().await.unwrap());
+    }
+    let nodes = RedlockNodes::new(clients.clone())
+        .unwrap()
+        .with_node_timeout(NODE_TIMEOUT)
+        .unwrap();
+    // A plain lock beside it on the first node's client.
+    let plain = clients[0]
+        .lock("plain-beside")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let guard = nodes.lock("redlock:parts").unwrap().lock().await.unwrap();
+    let counts: Vec<usize> = clients.iter().map(Client::tracked_lease_count).collect();
+    assert_eq!(counts, [2, 1, 1], "one part on each node's watchdog");
+    // One node's part gone on the server: the other two keep the hold.
+    let mut first = redis::Client::open(servers.urls()[0].as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = first.del("redlock:parts").unwrap();
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "two of three parts renewed: still held");
+    assert!(
+        guard.remaining_lease() > lease / 2,
+        "renewed past its first lease"
+    );
+    assert!(!plain.is_lost());
+    assert_eq!(clients[0].tracked_lease_count(), 1, "the gone part left");
+    guard.release().await.unwrap();
+    let counts: Vec<usize> = clients.iter().map(Client::tracked_lease_count).collect();
+    assert_eq!(counts, [1, 0, 0], "released: off every watchdog");
+    plain.release().await.unwrap();
+}

@@ -18,10 +18,13 @@
 //!    after a random back-off (or as soon as a release is announced on any
 //!    node).
 //!
-//! A watchdog-renewed hold is extended on every node every third of the
-//! lease; an extension counts only when a majority confirm it, and the
-//! holder's [`LostSignal`] fires when the validity runs out without one, or
-//! at once when a majority answer that the hold is gone.
+//! Each granting node's part of a hold is kept by that node client's
+//! watchdog, as any lock's hold is (a watchdog-renewed lease is extended
+//! every third of it, batched with the node's other renewals). The hold is
+//! valid while a majority of the nodes' parts are, until the latest end a
+//! majority of them confirm; the holder's [`LostSignal`] fires when that
+//! runs out, or at once when the parts left fall below a majority (the
+//! nodes answered that the hold is gone, or the set was closed).
 //!
 //! Read docs/safety.md (Redlock and its critique) before choosing this over
 //! a fenced single-primary lock: the algorithm's safety rests on bounded
@@ -34,13 +37,13 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::Lane;
 use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Arg, Call, Tracked, Tracker};
 use crate::engine::held::{Held, Holding};
-use crate::engine::lease::{drift, LeaseState};
+use crate::engine::lease::{drift, LeaseState, Quorum};
+use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::Tasks;
 use crate::engine::undo::{self, Armed};
 use crate::engine::validate;
@@ -815,11 +818,16 @@ impl Redlock {
         }))
         .await;
         let mut tokens = Vec::new();
+        // The nodes that granted, by index.
+        let mut granted_on = Vec::new();
         let mut busy = 0;
         let mut errors = Vec::new();
         for (i, (node, reply)) in inner.nodes.iter().zip(replies).enumerate() {
             match reply {
-                Ok(NodeGrant::Granted(token)) => tokens.push(token),
+                Ok(NodeGrant::Granted(token)) => {
+                    tokens.push(token);
+                    granted_on.push(i);
+                }
                 Ok(NodeGrant::Busy) => {
                     // Nothing was granted there to this fresh owner.
                     busy += 1;
@@ -832,21 +840,40 @@ impl Redlock {
         if tokens.len() >= inner.quorum && !state.is_lost() {
             let after = undo.keep();
             let token = tokens.iter().copied().max().unwrap_or(0);
-            let stop = CancellationToken::new();
-            // Renews a watchdog lease; for a fixed one it only watches for
-            // the set's closing (which ends the hold's validity too).
-            inner.tasks().spawn(renew(
-                self.clone(),
-                owner.clone(),
+            // Each granting node's watchdog keeps that node's part of the
+            // hold (renewing it every third of a watchdog lease, or only
+            // timing a fixed one); the hold is valid while a majority of
+            // parts are. Closing the set closes the nodes' watchdogs,
+            // which marks the parts, and so the hold, lost.
+            let renew = self.lease.is_none();
+            let renewals: Vec<Registration> = granted_on
+                .iter()
+                .filter_map(|&i| inner.nodes[i].connected())
+                .enumerate()
+                .map(|(n, client)| {
+                    let hold = Hold {
+                        key: self.keys.name.clone(),
+                        script: &scripts::RENEW_FIELD,
+                        owner: owner.clone(),
+                        lease,
+                        renew,
+                    };
+                    // One part warns when a fixed lease nears its end.
+                    client.renewer().register_part(hold, start, n == 0)
+                })
+                .collect();
+            let quorum = Quorum::new(
                 state.clone(),
-                stop.clone(),
-            ));
+                renewals.iter().map(|r| r.state().clone()).collect(),
+                inner.quorum,
+            );
             let holding = RedlockHold {
                 lock: self.clone(),
                 owner,
                 after: after.into_iter().flatten().collect(),
                 lease: state.clone(),
-                _stop: stop.drop_guard(),
+                _quorum: quorum,
+                renewals,
             };
             let labels =
                 crate::engine::observe::Labels::of("redlock", self.name(), inner.metric_names);
@@ -979,28 +1006,6 @@ impl Redlock {
         }
     }
 
-    /// Extends `owner`'s hold on one node: `Ok(false)` when it is gone.
-    async fn renew_on(&self, node: &Arc<Node>, owner: &Arc<str>, lease: Duration) -> Result<bool> {
-        let client = node.client()?;
-        let call = Call::new(
-            1,
-            [
-                Arg::Text(self.keys.name.clone()),
-                Arg::Text(owner.clone()),
-                Arg::Int(lease.as_millis() as u64),
-            ],
-        );
-        // The node client's batcher of the script for rounds: concurrent
-        // rounds share script calls per node, in a lane of their own so a
-        // round's short per-node timeout never waits behind the client's
-        // other lock traffic.
-        let batcher = client.batcher_in(&scripts::RENEW_FIELD, Lane::Spanning);
-        match batcher.call::<i64>(call, None).await {
-            Ok((renewed, _)) => Ok(renewed == 1),
-            Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
-        }
-    }
-
     /// Releases `owner` on every node at once, each bounded by the client's
     /// own command timeout, once the requests in `after` (the acquires of
     /// the round being undone) can no longer overtake it; answers (freed,
@@ -1065,7 +1070,7 @@ impl Redlock {
 /// How the nodes answered one request sent to all of them.
 #[derive(Debug, Default)]
 struct Tally {
-    /// Confirmed (released, renewed).
+    /// Confirmed (released).
     ok: usize,
     /// Answered that the hold is not there.
     gone: usize,
@@ -1084,95 +1089,6 @@ const UNDOING: (&str, &str) = (
     "undoing a cancelled Redlock round",
     "grants that landed stay until their lease runs out",
 );
-
-/// The watchdog of one hold (for a fixed lease it only marks the hold lost
-/// when the set is closed): extends it on every node every third of the
-/// lease; counts an extension only when a majority confirm it.
-async fn renew(lock: Redlock, owner: Arc<str>, state: Arc<LeaseState>, stop: CancellationToken) {
-    let nodes = lock.nodes.inner.clone();
-    let inner = &*nodes;
-    let lease = lock.lease();
-    let period = lease / 3;
-    let mut next = Instant::now() + period;
-    let mut closed = std::pin::pin!(inner.tasks().stopped());
-    if lock.lease.is_some() {
-        // A fixed lease: nothing to renew; only the set's closing ends it
-        // early.
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => {}
-            () = &mut closed => state.mark_lost(),
-            () = state.signal().wait() => {}
-        }
-        return;
-    }
-    loop {
-        tokio::select! {
-            // A released or dropped hold stops here first, before its
-            // release marks the lease lost.
-            biased;
-            () = stop.cancelled() => return,
-            () = &mut closed => {
-                // The set was closed: the hold is no longer renewed.
-                state.mark_lost();
-                return;
-            }
-            () = state.signal().wait() => break,
-            () = tokio::time::sleep_until(next) => {}
-        }
-        let start = Instant::now();
-        let replies = join_all(inner.nodes.iter().map(|node| {
-            let owner = &owner;
-            let lock = &lock;
-            async move {
-                tokio::time::timeout(inner.node_timeout, lock.renew_on(node, owner, lease)).await
-            }
-        }))
-        .await;
-        let mut tally = Tally::default();
-        for (node, reply) in inner.nodes.iter().zip(replies) {
-            match reply {
-                Ok(Ok(true)) => tally.ok += 1,
-                Ok(Ok(false)) => tally.gone += 1,
-                Ok(Err(e)) => tally.errors.push(format!("{}: {e}", node.addr)),
-                Err(_) => tally
-                    .errors
-                    .push(format!("{}: no answer in time", node.addr)),
-            }
-        }
-        if stop.is_cancelled() {
-            return;
-        }
-        if tally.ok >= inner.quorum {
-            state.armed(start, lease);
-            next = start + period;
-            continue;
-        }
-        if tally.gone > inner.nodes.len() - inner.quorum {
-            tracing::warn!(
-                lock = %lock.keys.name,
-                renewed = tally.ok,
-                gone = tally.gone,
-                "Redlock lease lost: a majority of nodes no longer hold it"
-            );
-            state.mark_lost();
-            return;
-        }
-        tracing::debug!(
-            lock = %lock.keys.name,
-            renewed = tally.ok,
-            errors = %tally.errors.join("; "),
-            "Redlock renewal without a majority; retrying"
-        );
-        // Try again soon; the lease's own deadline fires the lost signal
-        // if no majority confirms in time.
-        next = Instant::now() + (period / 4).max(Duration::from_millis(5));
-    }
-    tracing::warn!(
-        lock = %lock.keys.name,
-        "Redlock lease lost: no majority renewed it before its validity ran out"
-    );
-}
 
 /// A Redlock held on a majority of nodes. Release it with
 /// [`RedlockGuard::release`]; dropping it releases in the background.
@@ -1194,10 +1110,13 @@ struct RedlockHold {
     /// The granting round's requests: a release never overtakes a late
     /// grant of that round on a slow node.
     after: Vec<Tracked>,
-    /// The validity, shared with the watchdog.
+    /// The validity: the whole of the nodes' parts.
     lease: Arc<LeaseState>,
-    /// Stops the watchdog when the hold is released or dropped.
-    _stop: DropGuard,
+    /// Keeps `lease` following the parts.
+    _quorum: Arc<Quorum>,
+    /// Each granting node's part, registered with its watchdog; dropping
+    /// them stops the renewals.
+    renewals: Vec<Registration>,
 }
 
 impl Holding for RedlockHold {
@@ -1222,9 +1141,11 @@ impl Holding for RedlockHold {
             owner,
             after,
             lease,
-            _stop,
+            _quorum,
+            renewals,
         } = self;
-        drop(_stop);
+        // Renewed no more: the release goes out next.
+        drop(renewals);
         let lost_before = lease.is_lost();
         lease.mark_lost();
         let tally = lock.release_everywhere(owner, after).await;
@@ -1338,9 +1259,10 @@ mod tests {
 
 crate::engine::held::lease_view!(
     RedlockGuard,
-    remaining = "The validity left (monotonic clock, conservative: measured from \
-        when the granting or last majority-confirmed renewal round started, \
-        minus the drift allowance). Zero once lost.",
+    remaining = "The validity left (monotonic clock, conservative: the latest \
+        end a majority of the nodes confirm, each measured from when the \
+        grant or renewal that set it was sent, minus the drift allowance). \
+        Zero once lost.",
     lost = "True once the validity has run out or a majority answered that the \
         hold is gone.",
     signal = "A signal that fires when the hold is lost (see \
