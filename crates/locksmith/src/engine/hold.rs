@@ -49,6 +49,23 @@ use crate::engine::scripts::RUN_PATIENCE;
 use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
+/// The statuses a counted kind's release script answers (the first field
+/// of `{status, value}`; see the module docs).
+pub(crate) mod released {
+    /// This owner's last hold released (or found released by an earlier
+    /// send, through its receipt).
+    pub(crate) const LAST: i64 = 1;
+    /// One hold released, `value` left, the lease re-armed by this send.
+    pub(crate) const ONE: i64 = 2;
+    /// The lock freed and handed to a waiter of the same client, `value`
+    /// its new fencing token (the reentrant lock's hand-off).
+    pub(crate) const HANDED_OFF: i64 = 3;
+    /// Nothing changed, the owner has `value` holds.
+    pub(crate) const UNCHANGED: i64 = 4;
+    // Anything else (`0`): not held by this owner (`value`: the count the
+    // server has).
+}
+
 /// Who acts on a handle: the tokio task a call runs in, or the thread for
 /// a call outside any task (the blocking API, a `block_on`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,14 +316,14 @@ pub(crate) fn apply_release(
 ) -> Released {
     let left = u32::try_from(value).unwrap_or(0);
     match status {
-        1 => hold.ended(),
-        2 => {
+        released::LAST => hold.ended(),
+        released::ONE => {
             hold.count = left;
             if let (Some(lease), Some(reg)) = (rearm, &hold.registration) {
                 reg.rearmed(sends.answered, lease);
             }
         }
-        4 => {
+        released::UNCHANGED => {
             hold.count = left;
             if let (true, Some(lease), Some(reg)) = (sends.resent, rearm, &hold.registration) {
                 reg.maybe_rearmed(sends.first, lease);

@@ -40,8 +40,9 @@ use tokio::time::Instant;
 
 use crate::client::Lane;
 use crate::client::{Client, ClientBuilder};
-use crate::engine::batch::{Arg, Call, Tracked, Tracker};
+use crate::engine::batch::{Tracked, Tracker};
 use crate::engine::held::{Held, Holding};
+use crate::engine::hold::released;
 use crate::engine::lease::{drift, LeaseState, Quorum};
 use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::Tasks;
@@ -49,6 +50,7 @@ use crate::engine::undo::{self, Armed};
 use crate::engine::validate;
 use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
+use crate::lock::reentrant::contract::{acquired, AcquireRequest, Announce, ReleaseRequest};
 use crate::scripts;
 
 /// Source of owner ids, unique within this process.
@@ -936,16 +938,15 @@ impl Redlock {
         tracker: Tracker,
     ) -> Result<NodeGrant> {
         let client = node.client()?;
-        let call = Call::new(
-            2,
-            [
-                Arg::Text(self.keys.name.clone()),
-                Arg::Text(self.keys.token.clone()),
-                Arg::Int(lease.as_millis() as u64),
-                Arg::Text(owner.clone()),
-                Arg::Static("0"),
-            ],
-        );
+        // The reentrant lock's script and layout, a fresh owner each round.
+        let call = AcquireRequest {
+            key: self.keys.name.clone(),
+            token_key: self.keys.token.clone(),
+            lease,
+            owner: owner.clone(),
+            expected: 0,
+        }
+        .call();
         // The node client's batcher of the script for rounds: concurrent
         // rounds share script calls per node, in a lane of their own so a
         // round's short per-node timeout never waits behind the client's
@@ -953,8 +954,10 @@ impl Redlock {
         let batcher = client.batcher_in(&scripts::LOCK_ACQUIRE, Lane::Spanning);
         match batcher.call::<Vec<i64>>(call, Some(tracker)).await {
             Ok((reply, _)) => match reply.as_slice() {
-                [1 | 2, token, ..] => Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0))),
-                [0, ..] => Ok(NodeGrant::Busy),
+                [acquired::NOW | acquired::EARLIER, token, ..] => {
+                    Ok(NodeGrant::Granted(u64::try_from(*token).unwrap_or(0)))
+                }
+                [acquired::BUSY, ..] => Ok(NodeGrant::Busy),
                 other => Err(Error::protocol(format!(
                     "unexpected acquire reply {other:?}"
                 ))),
@@ -972,36 +975,32 @@ impl Redlock {
     /// not held there. `silent` for an undo: nothing is announced.
     async fn release_on(&self, node: &Arc<Node>, owner: &Arc<str>, silent: bool) -> Result<bool> {
         let client = node.client()?;
-        let call = Call::new(
-            3,
-            [
-                Arg::Text(self.keys.name.clone()),
-                Arg::Text(self.keys.channel.clone()),
-                Arg::Text(self.keys.token.clone()),
-                Arg::Int(self.lease().as_millis() as u64),
-                Arg::Text(owner.clone()),
-                Arg::Static("1"),
-                Arg::Static(crate::lock::UNLOCK_MESSAGE),
-                Arg::Static(""),
-                Arg::Static("0"),
-                Arg::Static("0"),
-                Arg::Static(if silent {
-                    "n"
-                } else {
-                    client.notify_mode().code()
-                }),
-                // No receipt: a node's release is not resent.
-                Arg::Static("0"),
-                Arg::Static("0"),
-            ],
-        );
+        let call = ReleaseRequest {
+            key: self.keys.name.clone(),
+            channel: self.keys.channel.clone(),
+            token_key: self.keys.token.clone(),
+            lease: self.lease(),
+            owner: owner.clone(),
+            // A Redlock owner holds once per node.
+            expected: 1,
+            successor: None,
+            announce: if silent {
+                Announce::Silently
+            } else {
+                Announce::Mode(client.notify_mode().code())
+            },
+            episode: 0,
+            // No receipt: a node's release is not resent.
+            receipt_ttl_ms: 0,
+        }
+        .call();
         // The node client's batcher of the script for rounds: concurrent
         // rounds share script calls per node, in a lane of their own so a
         // round's short per-node timeout never waits behind the client's
         // other lock traffic.
         let batcher = client.batcher_in(&scripts::LOCK_RELEASE, Lane::Spanning);
         match batcher.call::<Vec<i64>>(call, None).await {
-            Ok((reply, _)) => Ok(reply.first() == Some(&1)),
+            Ok((reply, _)) => Ok(reply.first() == Some(&released::LAST)),
             Err(e) => Err(client.map_err(e, Some(&self.keys.name))),
         }
     }

@@ -9,6 +9,7 @@
 //! re-enters it, and another task using the same handle waits like any
 //! other owner.
 
+pub(in crate::lock) mod contract;
 mod guard;
 mod handoff;
 pub(in crate::lock) mod release;
@@ -22,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::acquire;
-use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::batch::Batcher;
 use crate::engine::conn::ATTEMPTS;
 use crate::engine::hold::{ActorGate, HoldState, GATE_POLL};
 use crate::engine::renewal::Hold;
@@ -36,6 +37,7 @@ use tokio::sync::OwnedMutexGuard;
 pub use guard::LockGuard;
 use handoff::Handoffs;
 
+use contract::{acquired, AcquireRequest};
 use handoff::{Claim, TicketGuard};
 use release::{release_locked, undo_grant};
 
@@ -517,16 +519,14 @@ impl Lock {
         let undo = undo::closure(move |state: OwnedMutexGuard<HoldState>| {
             Box::pin(undo_grant(shared, state, expected + 1, lease, until))
         });
-        let call = Call::new(
-            2,
-            [
-                Arg::Text(self.shared.name.clone()),
-                Arg::Text(self.shared.token_key.clone()),
-                Arg::Int(lease.as_millis() as u64),
-                Arg::Text(self.shared.owner.clone()),
-                Arg::Int(u64::from(expected)),
-            ],
-        );
+        let call = AcquireRequest {
+            key: self.shared.name.clone(),
+            token_key: self.shared.token_key.clone(),
+            lease,
+            owner: self.shared.owner.clone(),
+            expected,
+        }
+        .call();
         let name = &self.shared.name;
         let room = &self.shared.room;
         let reply = match acquire::send(client, name, &room.acquire, call, state, undo).await {
@@ -534,7 +534,7 @@ impl Lock {
             Err(e) => return Err(Box::pin(self.name_wrong_type(e)).await),
         };
         let status = reply.field(0);
-        if matches!(status, 1 | 2) && client.acks().short(reply.acked) {
+        if matches!(status, acquired::NOW | acquired::EARLIER) && client.acks().short(reply.acked) {
             // Too few replicas saw the grant: a failover now could lose
             // it. Dropping the armed reply undoes it (this owner's count
             // goes back to what it was).
@@ -544,7 +544,7 @@ impl Lock {
             // Granted by this send (the lease runs from it), or earlier: by
             // an earlier send of this attempt, or a grant left over from an
             // attempt given up on (the server's remaining TTL caps it).
-            1 | 2 => {
+            acquired::NOW | acquired::EARLIER => {
                 let grant = acquire::Granted::from_reply(&reply);
                 let mut state = reply.state.keep();
                 let lease = acquire::record_grant(client, &mut state, grant, self.hold());
@@ -559,7 +559,7 @@ impl Lock {
                     lease,
                 )))
             }
-            0 => Ok(Attempt::Busy(match u64::try_from(reply.field(1)) {
+            acquired::BUSY => Ok(Attempt::Busy(match u64::try_from(reply.field(1)) {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
                 // No expiry on the key (set by someone else without a
                 // lease): re-check periodically.

@@ -10,10 +10,11 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
+use super::contract::{Announce, ReleaseRequest, Successor};
 use super::handoff::Offer;
 use super::{Lock, Shared};
-use crate::engine::batch::{Arg, Call};
-use crate::engine::hold::{apply_release as apply_answer, HoldState, Sends};
+use crate::engine::batch::Call;
+use crate::engine::hold::{apply_release as apply_answer, released, HoldState, Sends};
 use crate::engine::undo::{self, Armed, UndoFuture};
 use crate::error::{Error, Result};
 
@@ -36,33 +37,24 @@ impl ReleaseCall {
         episode: u64,
         successor: Option<&Offer>,
     ) -> Self {
-        let (successor, successor_lease, if_alone) = match successor {
-            Some(offer) => (
-                Arg::Text(offer.lock().shared.owner.clone()),
-                offer.lock().lease().as_millis() as u64,
-                offer.if_alone(),
-            ),
-            None => (Arg::Static(""), 0, false),
+        let request = ReleaseRequest {
+            key: shared.name.clone(),
+            channel: shared.channel.clone(),
+            token_key: shared.token_key.clone(),
+            lease,
+            owner: shared.owner.clone(),
+            expected,
+            successor: successor.map(|offer| Successor {
+                owner: offer.lock().shared.owner.clone(),
+                lease: offer.lock().lease(),
+                if_alone: offer.if_alone(),
+            }),
+            announce: Announce::Mode(shared.client.notify_mode().code()),
+            episode,
+            receipt_ttl_ms: shared.client.receipt_ttl_ms(),
         };
         ReleaseCall {
-            call: Call::new(
-                3,
-                [
-                    Arg::Text(shared.name.clone()),
-                    Arg::Text(shared.channel.clone()),
-                    Arg::Text(shared.token_key.clone()),
-                    Arg::Int(lease.as_millis() as u64),
-                    Arg::Text(shared.owner.clone()),
-                    Arg::Int(u64::from(expected)),
-                    Arg::Static(crate::lock::UNLOCK_MESSAGE),
-                    successor,
-                    Arg::Int(successor_lease),
-                    Arg::Static(if if_alone { "1" } else { "0" }),
-                    Arg::Static(shared.client.notify_mode().code()),
-                    Arg::Int(episode),
-                    Arg::Int(shared.client.receipt_ttl_ms()),
-                ],
-            ),
+            call: request.call(),
             lease,
             expected,
         }
@@ -223,7 +215,7 @@ pub(in crate::lock) async fn release_locked(
     };
     let (mut state, sends) = flight.keep();
     if yielding {
-        if status == 1 {
+        if status == released::LAST {
             // Freed for real at the streak limit because other clients
             // wait: give their woken waiter about two round trips.
             let pause = (sends.answered.elapsed() * 2).clamp(Duration::from_millis(1), YIELD_MAX);
@@ -236,7 +228,7 @@ pub(in crate::lock) async fn release_locked(
         }
     }
     match (status, offer.take()) {
-        (3, Some(offer)) => {
+        (released::HANDED_OFF, Some(offer)) => {
             state.count = 0;
             state.registration = None;
             // The successor's lease was set by the send that handed off:
@@ -272,10 +264,14 @@ fn apply_release(
     value: i64,
     sends: Sends,
 ) -> Result<()> {
-    if status == 1 {
+    if status == released::LAST {
         shared.room.handoffs.freed(&shared.name);
     }
-    let status = if status == 3 { 1 } else { status };
+    let status = if status == released::HANDED_OFF {
+        released::LAST
+    } else {
+        status
+    };
     apply_answer(state, status, value, sends, Some(call.lease)).answer(&shared.name)
 }
 
