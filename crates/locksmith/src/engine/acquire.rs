@@ -130,10 +130,18 @@ where
     }
 }
 
+/// Status of a grant in every counted kind's acquire reply: granted by the
+/// send answered (the lease was set then).
+pub(crate) const GRANTED_NOW: i64 = 1;
+/// Status of a grant by an earlier send (a resend whose first send landed,
+/// or a grant left over from an attempt given up on), with the lease left.
+pub(crate) const GRANTED_EARLIER: i64 = 2;
+
 /// What a grant reply says, for [`record_grant`].
 pub(crate) struct Granted {
-    /// 1: granted by the send answered at `sent_at`; 2: by an earlier send
-    /// (no earlier than `first_sent`), with `left_ms` of lease left.
+    /// [`GRANTED_NOW`]: granted by the send answered at `sent_at`;
+    /// [`GRANTED_EARLIER`]: by an earlier send (no earlier than
+    /// `first_sent`), with `left_ms` of lease left.
     pub(crate) status: i64,
     /// Fencing token of the grant (used for a first hold).
     pub(crate) token: i64,
@@ -172,7 +180,7 @@ pub(crate) fn record_grant(
     grant: Granted,
     hold: Hold,
 ) -> Arc<LeaseState> {
-    let armed_at = if grant.status == 1 {
+    let armed_at = if grant.status == GRANTED_NOW {
         grant.sent_at
     } else {
         grant.first_sent
@@ -185,7 +193,7 @@ pub(crate) fn record_grant(
         }
         _ => state.begin(grant.token, client.renewer().register(hold, armed_at)),
     };
-    if grant.status == 2 {
+    if grant.status == GRANTED_EARLIER {
         let left = Duration::from_millis(u64::try_from(grant.left_ms).unwrap_or(0));
         reg.maybe_rearmed(grant.sent_at, left);
     }

@@ -4,7 +4,8 @@
 //! the background when Redis stops answering.
 //!
 //! A release script answers one of four statuses (the kinds' scripts agree
-//! on them):
+//! on them; [`released`] names them, with the reentrant lock's fifth, a
+//! hand-off):
 //! - `1`: this owner's last hold is released (freed, or found freed by an
 //!   earlier send of the same release through its *receipt*, see below);
 //! - `2`: one hold released, `value` left, the lease re-armed by this send;

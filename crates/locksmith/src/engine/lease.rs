@@ -136,29 +136,40 @@ impl LeaseState {
 /// valid while `need` parts are, until the `need`-th latest of their
 /// deadlines. Every change of a part updates the whole at once, so the
 /// whole needs no task of its own: it is lost as soon as fewer than `need`
-/// parts are left, and runs out on its own timer otherwise.
+/// parts are left, and runs out on its own timer otherwise. Once the whole
+/// is lost, every part is marked lost too, so no watchdog goes on renewing
+/// a node's part of a hold that no longer exists as a whole.
 #[derive(Debug)]
 pub(crate) struct Quorum {
+    /// What the hold is, for the warning when it is lost.
+    name: Arc<str>,
     /// The nodes' parts (each also held by its node's watchdog).
     parts: Vec<Arc<LeaseState>>,
     /// How many parts must hold.
     need: usize,
     /// The whole, shared with the guard.
     whole: Arc<LeaseState>,
+    /// Serializes updates: parts change on several watchdogs' threads at
+    /// once, and an update computed from older parts must not overwrite
+    /// one computed from newer ones.
+    updating: Mutex<()>,
 }
 
 impl Quorum {
-    /// Makes `whole` follow `parts`; keep the answer for as long as the
-    /// hold lives (the parts refer to it weakly).
+    /// Makes `whole` (the hold `name`) follow `parts`; keep the answer for
+    /// as long as the hold lives (the parts refer to it weakly).
     pub(crate) fn new(
+        name: Arc<str>,
         whole: Arc<LeaseState>,
         parts: Vec<Arc<LeaseState>>,
         need: usize,
     ) -> Arc<Self> {
         let quorum = Arc::new(Quorum {
+            name,
             parts,
             need: need.max(1),
             whole,
+            updating: Mutex::new(()),
         });
         for part in &quorum.parts {
             let _ = part.quorum.set(Arc::downgrade(&quorum));
@@ -167,24 +178,49 @@ impl Quorum {
         quorum
     }
 
-    /// Sets the whole from the parts: lost when fewer than `need` are left,
-    /// else valid until the `need`-th latest deadline of those left.
+    /// Sets the whole from the parts: lost when fewer than `need` are left
+    /// (and then every part too), else valid until the `need`-th latest
+    /// deadline of those left.
     fn update(&self) {
-        // The parts' fields are read directly: `is_lost` would mark a part
-        // past its deadline lost, which calls back here.
-        let mut ends: Vec<Instant> = self
-            .parts
-            .iter()
-            .filter(|p| !p.lost.is_cancelled())
-            .map(|p| p.deadline())
-            .collect();
-        if ends.len() < self.need {
-            self.whole.mark_lost();
-            return;
+        let lost = {
+            let _one_at_a_time = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+            if self.whole.lost.is_cancelled() {
+                true
+            } else {
+                // The parts' fields are read directly: `is_lost` would mark
+                // a part past its deadline lost, which calls back here.
+                let mut ends: Vec<Instant> = self
+                    .parts
+                    .iter()
+                    .filter(|p| !p.lost.is_cancelled())
+                    .map(|p| p.deadline())
+                    .collect();
+                if ends.len() < self.need {
+                    tracing::warn!(
+                        name = %self.name,
+                        left = ends.len(),
+                        needed = self.need,
+                        "hold kept on several nodes lost: fewer than a majority of its nodes still hold it"
+                    );
+                    self.whole.mark_lost();
+                    true
+                } else {
+                    ends.sort_unstable_by(|a, b| b.cmp(a));
+                    let end = ends[self.need - 1];
+                    #[cfg(test)]
+                    tests::slow_down_here();
+                    self.whole.set(|_| end);
+                    false
+                }
+            }
+        };
+        if lost {
+            // Outside the update lock: each part calls back here, and
+            // finds the whole lost.
+            for part in &self.parts {
+                part.mark_lost();
+            }
         }
-        ends.sort_unstable_by(|a, b| b.cmp(a));
-        let end = ends[self.need - 1];
-        self.whole.set(|_| end);
     }
 }
 
@@ -308,7 +344,7 @@ mod tests {
             .map(|_| Arc::new(LeaseState::new(start, lease)))
             .collect();
         let whole = Arc::new(LeaseState::new(start, lease));
-        let quorum = Quorum::new(whole.clone(), parts.clone(), 2);
+        let quorum = Quorum::new("q".into(), whole.clone(), parts.clone(), 2);
         assert_eq!(whole.deadline(), start + lease - drift(lease));
         // One part renewed: two parts must hold, so the whole waits for a
         // second one.
@@ -323,9 +359,11 @@ mod tests {
         parts[0].mark_lost();
         assert!(!whole.is_lost());
         assert_eq!(whole.deadline(), start + lease - drift(lease));
-        // A second part lost: no quorum, the whole is lost at once.
+        // A second part lost: no quorum, the whole is lost at once, and
+        // so is the part left (its watchdog stops renewing it).
         parts[2].mark_lost();
         assert!(whole.is_lost());
+        assert!(parts[1].is_lost(), "the last part goes with the whole");
         // And stays lost.
         parts[1].armed(Instant::now(), lease);
         assert!(whole.is_lost());
@@ -340,11 +378,50 @@ mod tests {
             .map(|_| Arc::new(LeaseState::new(start, lease)))
             .collect();
         let whole = Arc::new(LeaseState::new(start, lease));
-        let _quorum = Quorum::new(whole.clone(), parts, 2);
+        let _quorum = Quorum::new("q".into(), whole.clone(), parts, 2);
         let signal = whole.signal();
         tokio::time::advance(lease).await;
         tokio::time::timeout(Duration::from_millis(1), signal.wait())
             .await
             .expect("the whole runs out on its own timer");
+    }
+
+    /// Makes the update of a thread named "slow" take 200 ms between
+    /// reading the parts and setting the whole.
+    pub(super) fn slow_down_here() {
+        if std::thread::current().name() == Some("slow") {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Parts changing on two threads at once (two nodes' watchdogs): the
+    /// whole ends at what the parts say at the end, never at what an
+    /// update computed from older parts said.
+    #[test]
+    fn concurrent_part_changes_leave_the_whole_consistent() {
+        let start = Instant::now();
+        let parts: Vec<_> = [1, 10, 30]
+            .iter()
+            .map(|s| Arc::new(LeaseState::new(start, Duration::from_secs(*s))))
+            .collect();
+        let whole = Arc::new(LeaseState::new(start, Duration::from_secs(30)));
+        let _quorum = Quorum::new("q".into(), whole.clone(), parts.clone(), 2);
+        std::thread::scope(|s| {
+            // Renews part 1 and computes the whole from parts 0, 1 and 2
+            // (20 s), slowly.
+            let slow = std::thread::Builder::new()
+                .name("slow".into())
+                .spawn_scoped(s, || parts[1].armed(start, Duration::from_secs(20)))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            // Meanwhile part 2 is lost: two parts left, 1 s and 20 s.
+            parts[2].mark_lost();
+            slow.join().unwrap();
+        });
+        assert_eq!(
+            whole.deadline(),
+            parts[0].deadline(),
+            "the whole kept the end of an update computed before part 2 was lost"
+        );
     }
 }

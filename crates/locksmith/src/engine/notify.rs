@@ -298,6 +298,11 @@ impl NotifyHub {
         self.shared.wake_all();
     }
 
+    /// True once the hub was closed (its client is closing).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
     /// Starts the connection task if it is not running.
     fn ensure_task(&self) {
         if self.shared.closed.is_cancelled() {

@@ -151,13 +151,15 @@ impl<'a> Wait<'a> {
     }
 
     /// Waits with no nudge and no cancellation: see [`Wait::run_with`].
-    pub(crate) async fn run<T, F, Fut>(self, check: F) -> Result<Option<T>>
+    /// (A plain function: an `async fn` forwarding to it would hold the
+    /// wait and the check twice in its future.)
+    pub(crate) fn run<T, F, Fut>(self, check: F) -> impl Future<Output = Result<Option<T>>> + 'a
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Check<T>>>,
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Check<T>>> + 'a,
+        T: 'a,
     {
         self.run_with(check, std::future::pending, std::future::pending())
-            .await
     }
 
     /// Checks until `check` answers `Done` (`Some`) or the deadline passes
@@ -192,11 +194,15 @@ impl<'a> Wait<'a> {
         if self.deadline.is_some_and(|d| d <= Instant::now()) {
             return Ok(None);
         }
-        // Joining waits for the subscription no longer than the next check
-        // is due anyway.
-        let now = Instant::now();
+        // Joining waits for the subscription (at most the command timeout)
+        // no longer than the deadline, nor than the recheck bound: a waiter
+        // that must refresh its place in a queue cannot wait longer than
+        // that without asking. A hint does not bound it: a kind polling at
+        // short hints would give up on every new subscription over a slow
+        // link, and check once more for nothing.
         let mut bound = self.deadline;
-        for due in [self.recheck.map(|r| now + r), hint].into_iter().flatten() {
+        if let Some(r) = self.recheck {
+            let due = Instant::now() + r;
             bound = Some(bound.map_or(due, |b| b.min(due)));
         }
         let waiters: Vec<Waiter> =
@@ -214,7 +220,11 @@ impl<'a> Wait<'a> {
             .iter()
             .zip(&seen)
             .any(|((hub, ch), seen)| seen.is_none() || hub.seq(ch) != *seen);
-        let mut check_now = self.check_on_join && missed;
+        // A hub closed before this waiter joined does not end its sleep
+        // (only sleeps begun before the closing end): look at once, the
+        // check then fails.
+        let closed = self.listen.iter().any(|(hub, _)| hub.is_closed());
+        let mut check_now = (self.check_on_join && missed) || closed;
         // The channel whose message ended the last sleep.
         let mut woken_by: Option<usize> = None;
         loop {

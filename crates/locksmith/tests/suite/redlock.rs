@@ -10,6 +10,8 @@ use locksmith::{Client, ErrorKind, RedlockNodes};
 use locksmith_testkit::{FaultMode, FaultProxy, RedisNodes};
 use redis::Commands;
 
+use crate::common;
+
 /// Per-node timeout for the tests: generous, the machine is shared.
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -543,4 +545,50 @@ async fn each_node_watchdog_keeps_its_part_of_the_hold() {
     let counts: Vec<usize> = clients.iter().map(Client::tracked_lease_count).collect();
     assert_eq!(counts, [1, 0, 0], "released: off every watchdog");
     plain.release().await.unwrap();
+}
+
+/// A hold that lost its majority is no longer renewed anywhere: the part
+/// a node still has runs out with its lease instead of being kept alive
+/// (it would block every contender that needs that node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_lost_its_majority_is_renewed_nowhere() {
+    let servers = RedisNodes::start(3).unwrap();
+    let lease = Duration::from_millis(1500);
+    let mut clients = Vec::new();
+    for url in servers.urls() {
+        clients.push(Client::builder(url).lease(lease).build().await.unwrap());
+    }
+    let nodes = RedlockNodes::new(clients.clone())
+        .unwrap()
+        .with_node_timeout(NODE_TIMEOUT)
+        .unwrap();
+    let guard = nodes.lock("redlock:gone").unwrap().lock().await.unwrap();
+    for url in &servers.urls()[1..] {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = conn.del("redlock:gone").unwrap();
+    }
+    tokio::time::timeout(lease * 2, guard.lost().wait())
+        .await
+        .expect("two parts gone of three: lost");
+    // The first node's part goes with the whole: its watchdog drops it,
+    // and the key there runs out with the lease it had.
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            clients[0].tracked_lease_count() == 0
+        })
+        .await,
+        "the first node's watchdog still renews its part"
+    );
+    assert!(
+        common::eventually(lease * 2, || async {
+            !held_on(&servers.urls()[0], "redlock:gone")
+        })
+        .await,
+        "the first node's part ran out"
+    );
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
 }

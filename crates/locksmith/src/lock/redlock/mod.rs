@@ -116,7 +116,7 @@ struct Node {
     /// at connect and at every reconnect.
     servers: Servers,
     /// The set's background work (shared by its nodes): reconnects,
-    /// undos, releases, renewals.
+    /// undos, releases (renewals run on the node clients' watchdogs).
     tasks: Tasks,
 }
 
@@ -317,7 +317,9 @@ impl RedlockNodes {
     }
 
     /// The same nodes with another per-node timeout: the bound on each
-    /// node's answer to an acquire, renewal or release request.
+    /// node's answer to an acquire or release request. (Renewals go
+    /// through each node client's watchdog, bounded by that client's
+    /// command timeout.)
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero timeout, or one that leaves
@@ -751,10 +753,11 @@ impl Redlock {
                     .iter()
                     .map(|c| (c.hub(), &*self.keys.channel))
                     .collect();
-                let seen = Wait::seen(&listen);
+                // It sleeps after joining whatever came meanwhile: no
+                // message counters to compare.
                 Wait::on_all(listen)
                     .until(deadline)
-                    .after_check(seen, hint)
+                    .after_check(Vec::new(), hint)
                     .sleep_after_join()
                     .run_with(round, std::future::pending, cancel.as_mut())
                     .await?
@@ -865,6 +868,7 @@ impl Redlock {
                 })
                 .collect();
             let quorum = Quorum::new(
+                self.keys.name.clone(),
                 state.clone(),
                 renewals.iter().map(|r| r.state().clone()).collect(),
                 inner.quorum,
@@ -1167,7 +1171,8 @@ impl Holding for RedlockHold {
     }
 
     /// A dropped guard whose hold was already lost (the set was closed,
-    /// the validity ran out) was warned about when it was lost.
+    /// the validity ran out, too few nodes kept their part) was warned
+    /// about when it was lost (the watchdogs' and the quorum's WARNs).
     fn worth_a_warning(error: &Error) -> bool {
         !matches!(error, Error::NotHeld { .. })
     }
@@ -1262,8 +1267,9 @@ crate::engine::held::lease_view!(
         end a majority of the nodes confirm, each measured from when the \
         grant or renewal that set it was sent, minus the drift allowance). \
         Zero once lost.",
-    lost = "True once the validity has run out or a majority answered that the \
-        hold is gone.",
+    lost = "True once the validity has run out or fewer than a majority of the \
+        nodes still keep their part (they answered that it is gone, or the set \
+        was closed).",
     signal = "A signal that fires when the hold is lost (see \
         [`RedlockGuard::is_lost`]); it fires on its own timer at the end of \
         the validity, before any node's lease can run out.",

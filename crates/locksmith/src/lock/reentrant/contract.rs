@@ -12,11 +12,11 @@ use crate::engine::batch::{Arg, Call};
 /// Status of an `acquire.lua` reply (its first field).
 pub(in crate::lock) mod acquired {
     /// `{1, token, count}`: granted by this call; the lease was set now.
-    pub(in crate::lock) const NOW: i64 = 1;
+    pub(in crate::lock) const NOW: i64 = crate::engine::acquire::GRANTED_NOW;
     /// `{2, token, count, pttl}`: granted earlier (a resend whose first
     /// send landed, or a grant left over from an attempt given up on); the
     /// lease was set then, `pttl` is what is left of it.
-    pub(in crate::lock) const EARLIER: i64 = 2;
+    pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
     /// `{0, pttl, 0}`: held by another owner for `pttl` more milliseconds.
     pub(in crate::lock) const BUSY: i64 = 0;
     // Anything else (`{-1, count-on-server, 0}`): the server does not know

@@ -608,7 +608,7 @@ impl Lock {
         armed_at: Instant,
     ) -> Result<LockGuard> {
         let grant = acquire::Granted {
-            status: 1,
+            status: acquired::NOW,
             token,
             count,
             left_ms: 0,
