@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::record::{Hold, Window};
-use super::Violation;
+use super::report::Violation;
 
 /// How much earlier one fair-lock acquire must have been sent than
 /// another to count as queued first: sends close together may reach the

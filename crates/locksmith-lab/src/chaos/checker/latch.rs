@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::record::Window;
-use super::Violation;
+use super::record::{LatchCalls, LatchWaitCall, Window};
+use super::report::Violation;
 
 /// How long after the count-down that opened a latch each of its waiters
 /// must have been let go.
@@ -17,42 +17,6 @@ pub(super) struct LatchContext<'a> {
     pub(super) disturbed: &'a [Window],
     /// When processes were killed.
     pub(super) kills: &'a [u64],
-}
-
-/// An arm (`trySetCount`) of a latch: sent, answered, and whether it set
-/// the count (`None`: no answer).
-#[derive(Debug)]
-pub(super) struct LatchArm {
-    pub(super) invoked: u64,
-    pub(super) answered: u64,
-    pub(super) set: Option<bool>,
-}
-
-/// A count-down: sent, answered, and the count it left (`None`: no
-/// answer).
-#[derive(Debug)]
-pub(super) struct LatchCountDown {
-    pub(super) invoked: u64,
-    pub(super) answered: u64,
-    pub(super) left: Option<u64>,
-}
-
-/// A wait: sent, returned, by whom, and whether it returned opened
-/// (`Some(false)`: timed out; `None`: failed).
-#[derive(Debug)]
-pub(super) struct LatchWaitCall {
-    pub(super) invoked: u64,
-    pub(super) returned: u64,
-    pub(super) p: String,
-    pub(super) opened: Option<bool>,
-}
-
-/// A latch's calls.
-#[derive(Debug, Default)]
-pub(super) struct LatchCalls {
-    pub(super) arms: Vec<LatchArm>,
-    pub(super) downs: Vec<LatchCountDown>,
-    pub(super) waits: Vec<LatchWaitCall>,
 }
 
 impl LatchCalls {

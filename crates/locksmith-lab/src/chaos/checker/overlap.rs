@@ -3,8 +3,9 @@
 //! semaphore's capacity), unless a restart or failover wiped the earlier
 //! hold.
 
+use super::record::mode_name;
 use super::record::{Hold, Window};
-use super::{mode_name, Violation};
+use super::report::Violation;
 use crate::chaos::history::{Mode, ReleaseOutcome};
 
 /// What tells a hold the lock server lost (rule 3) from one it kept.

@@ -1,7 +1,7 @@
 //! Rule 6, permits accounted for after the run.
 
 use super::record::{Dropped, Hold, Permits, Record, Window};
-use super::{PermitsLine, Violation};
+use super::report::{PermitsLine, Violation};
 use crate::chaos::history::ReleaseOutcome;
 
 /// What the history says about a semaphore's permits after the run.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::record::{Span, Window};
-use super::Violation;
+use super::report::Violation;
 
 /// How long an acquire may take while a majority of Redlock's servers is
 /// down before it counts as hanging: it must fail (`NoQuorum`) at once,

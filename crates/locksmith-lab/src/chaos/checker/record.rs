@@ -5,9 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::latch::{LatchArm, LatchCalls, LatchCountDown, LatchWaitCall};
-use super::signals::write_after_expiry;
-use super::{kind_of, Report, Violation};
+use super::report::{Report, Violation};
 use crate::chaos::history::{Event, Mode, ReleaseOutcome, WriteOutcome, CANCELLED};
 
 /// Not yet (a hold not ended, a fault not healed).
@@ -163,6 +161,50 @@ pub(super) struct Span {
     pub(super) granted: bool,
 }
 
+/// An arm (`trySetCount`) of a latch: sent, answered, and whether it set
+/// the count (`None`: no answer).
+#[derive(Debug)]
+pub(super) struct LatchArm {
+    pub(super) invoked: u64,
+    pub(super) answered: u64,
+    pub(super) set: Option<bool>,
+}
+
+/// A count-down: sent, answered, and the count it left (`None`: no
+/// answer).
+#[derive(Debug)]
+pub(super) struct LatchCountDown {
+    pub(super) invoked: u64,
+    pub(super) answered: u64,
+    pub(super) left: Option<u64>,
+}
+
+/// A wait: sent, returned, by whom, and whether it returned opened
+/// (`Some(false)`: timed out; `None`: failed).
+#[derive(Debug)]
+pub(super) struct LatchWaitCall {
+    pub(super) invoked: u64,
+    pub(super) returned: u64,
+    pub(super) p: String,
+    pub(super) opened: Option<bool>,
+}
+
+/// A latch's calls.
+#[derive(Debug, Default)]
+pub(super) struct LatchCalls {
+    pub(super) arms: Vec<LatchArm>,
+    pub(super) downs: Vec<LatchCountDown>,
+    pub(super) waits: Vec<LatchWaitCall>,
+}
+
+/// A write sent at `invoked` under the hold `hold` (an index into
+/// [`Record::holds`]), for rule 4b.
+#[derive(Debug)]
+pub(super) struct WriteUnder {
+    pub(super) hold: usize,
+    pub(super) invoked: u64,
+}
+
 /// The last acquire of a (process, name) while it waits for its answer.
 struct InFlight {
     sent: u64,
@@ -177,6 +219,9 @@ pub(super) struct Record {
     pub(super) holds: Vec<Hold>,
     /// Accepted fenced writes by name.
     pub(super) writes: BTreeMap<String, Vec<AcceptedWrite>>,
+    /// Every write (whatever its outcome) with the hold it went under,
+    /// as that hold stood when the write was recorded.
+    pub(super) writes_under: Vec<WriteUnder>,
     /// When each process started and ended.
     pub(super) started: HashMap<String, u64>,
     pub(super) ended: HashMap<String, u64>,
@@ -216,8 +261,7 @@ pub(super) fn loses_data(kind: &str) -> bool {
 
 impl Record {
     /// Reads `events` (in time order), counting the run's figures into
-    /// `report` and reporting what breaks a rule at one event (a failed
-    /// fault or worker, a write after expiry).
+    /// `report` and reporting a failed fault or worker.
     pub(super) fn read(events: &[&Event], report: &mut Report) -> Record {
         let mut r = Record::default();
         // Holds by (process, lock, token): a downgrade's read hold shares
@@ -530,9 +574,10 @@ impl Record {
                         WriteOutcome::Error => report.writes_indeterminate += 1,
                     }
                     if let Some(i) = find(&by_key, &r.holds, p, lock, *token, |h| !h.release_sent) {
-                        report
-                            .violations
-                            .extend(write_after_expiry(&r.holds[i], *invoked));
+                        r.writes_under.push(WriteUnder {
+                            hold: i,
+                            invoked: *invoked,
+                        });
                     }
                 }
                 Event::ReleaseInvoke { t, p, lock, token } => {
@@ -632,4 +677,19 @@ impl Record {
         }
         r
     }
+}
+
+pub(super) fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Read => "read",
+        Mode::Write => "write",
+    }
+}
+
+/// The kind of name `lock` (a lock unless its resource says otherwise).
+pub(super) fn kind_of(resources: &HashMap<String, Resource>, lock: &str) -> String {
+    resources
+        .get(lock)
+        .map_or_else(|| "lock".to_owned(), |r| r.kind.clone())
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{Report, Violation};
+use super::report::{Report, Violation};
 use crate::chaos::history::Event;
 
 /// Rule 5: after each heal, every live worker's next grant.

@@ -4,29 +4,35 @@
 
 use std::time::Duration;
 
-use super::record::{Hold, Pause};
-use super::Violation;
+use super::record::{Hold, Pause, WriteUnder};
+use super::report::Violation;
 
 /// How late after its lease view ended a lost signal may be recorded
 /// (timer resolution, scheduling on a loaded machine, the record itself).
 pub(crate) const SIGNAL_SLACK: Duration = Duration::from_millis(250);
 
-/// Rule 4b, for a write sent at `invoked` under `hold`: a violation when
-/// the holder's lease view had ended by then and it had not been told.
-pub(super) fn write_after_expiry(hold: &Hold, invoked: u64) -> Option<Violation> {
-    let until = hold.valid_until_at(invoked);
-    let told = hold.lost.is_some_and(|l| l <= invoked);
-    (invoked > until && !told).then(|| Violation {
-        rule: "write-after-expiry",
-        t: invoked,
-        detail: format!(
-            "{} wrote {:?} with token {} {:.1} ms after its lease view ended, without a lost signal",
-            hold.p,
-            hold.lock,
-            hold.token,
-            (invoked - until) as f64 / 1e6
-        ),
-    })
+/// Rule 4b: no write goes out after its holder's lease view ended unless
+/// the holder had been told. (A view or loss recorded after the write was
+/// sent does not count: both are read as of its send.)
+pub(super) fn writes_after_expiry(holds: &[Hold], writes: &[WriteUnder], out: &mut Vec<Violation>) {
+    for &WriteUnder { hold, invoked } in writes {
+        let hold = &holds[hold];
+        let until = hold.valid_until_at(invoked);
+        let told = hold.lost.is_some_and(|l| l <= invoked);
+        if invoked > until && !told {
+            out.push(Violation {
+                rule: "write-after-expiry",
+                t: invoked,
+                detail: format!(
+                    "{} wrote {:?} with token {} {:.1} ms after its lease view ended, without a lost signal",
+                    hold.p,
+                    hold.lock,
+                    hold.token,
+                    (invoked - until) as f64 / 1e6
+                ),
+            });
+        }
+    }
 }
 
 /// Rule 4a: a holder still holding when its lease view ends hears its

@@ -2,7 +2,7 @@
 //! fenced store never accepts a token lower than one it accepted before.
 
 use super::record::{AcceptedWrite, Hold};
-use super::Violation;
+use super::report::Violation;
 use crate::chaos::history::Mode;
 
 /// Rule 1, by a sweep: grants in completion order against grants in
