@@ -10,7 +10,7 @@ pub mod balancer;
 pub mod load;
 pub mod report;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -457,6 +457,31 @@ async fn run_duplicates(round: &Round<'_>) -> Result<DuplicateResult, BoxError> 
     let written: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
     let dup = per_user.values().filter(|&&n| n > 1).count();
     let lost = accepted.iter().filter(|id| !written.contains(id)).count();
+    // Buyers without an order, and what their requests were told.
+    let mut unserved_answers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut unserved: HashSet<i64> = HashSet::new();
+    let mut wrongly_refused: HashSet<i64> = HashSet::new();
+    for sample in run
+        .samples
+        .iter()
+        .filter(|s| !per_user.contains_key(&s.user_id))
+    {
+        unserved.insert(sample.user_id);
+        let answer = match &sample.outcome {
+            Outcome::Rejected(status, code) => {
+                if code == "already_bought" {
+                    wrongly_refused.insert(sample.user_id);
+                }
+                format!("{status} {code}")
+            }
+            Outcome::Unknown => "202 outcome_unknown".to_owned(),
+            Outcome::Transport => "no answer".to_owned(),
+            Outcome::TimedOut => "timed out".to_owned(),
+            Outcome::Accepted(_) => "201 (order not found)".to_owned(),
+            Outcome::Served => "200".to_owned(),
+        };
+        *unserved_answers.entry(answer).or_default() += 1;
+    }
     Ok(DuplicateResult {
         strategy,
         buyers: DUP_BUYERS,
@@ -465,7 +490,10 @@ async fn run_duplicates(round: &Round<'_>) -> Result<DuplicateResult, BoxError> 
         orders_in_db: rows.len(),
         dup,
         lost,
-        pass: dup == 0 && lost == 0,
+        unserved: unserved.len(),
+        unserved_answers,
+        wrongly_refused: wrongly_refused.len(),
+        pass: dup == 0 && lost == 0 && wrongly_refused.is_empty(),
     })
 }
 

@@ -104,7 +104,20 @@ pub struct DuplicateResult {
     pub dup: usize,
     /// Accepted orders never written.
     pub lost: usize,
-    /// No duplicate and nothing lost.
+    /// Buyers without an order after the run: every one of their requests
+    /// was refused. Under load a buyer can be refused ten times for a
+    /// reason that goes away (the database busy, the deadline); that is
+    /// no fault of the strategy, and [`DuplicateResult::unserved_answers`]
+    /// says which.
+    pub unserved: usize,
+    /// What the unserved buyers' requests got, by answer ("503
+    /// unavailable", "timed out", ...).
+    pub unserved_answers: std::collections::BTreeMap<String, usize>,
+    /// Unserved buyers told "already bought" (409): refused as a
+    /// duplicate with no order to show for it. A defect, always.
+    pub wrongly_refused: usize,
+    /// No duplicate, nothing lost, and nobody refused as a duplicate
+    /// without an order.
     pub pass: bool,
 }
 
@@ -268,27 +281,44 @@ pub fn table(report: &Report) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4}  verdict",
-            "strategy", "requests", "201 ok", "in db", "dup", "lost"
+            "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4} {:>8}  verdict",
+            "strategy", "requests", "201 ok", "in db", "dup", "lost", "unserved"
         );
         for d in &report.duplicates {
             let _ = writeln!(
                 out,
-                "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4}  {}",
+                "{:<12} {:>8} {:>6} {:>6} {:>4} {:>4} {:>8}  {}",
                 label(d.strategy),
                 d.requests,
                 d.accepted,
                 d.orders_in_db,
                 d.dup,
                 d.lost,
+                d.unserved,
                 verdict(d.pass)
+            );
+        }
+        for d in report.duplicates.iter().filter(|d| d.unserved > 0) {
+            let answers: Vec<String> = d
+                .unserved_answers
+                .iter()
+                .map(|(answer, n)| format!("{n} x {answer}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}: the {} unserved buyer(s) got {}",
+                label(d.strategy),
+                d.unserved,
+                answers.join(", ")
             );
         }
         let _ = writeln!(
             out,
             "dup = buyers with more than one order: the racy strategies check \"already bought?\" and\n\
              record the buyer in separate steps, so a buyer's concurrent requests pass the check together\n\
-             (local-mutex only across instances: each mutex covers its own instance's requests)."
+             (local-mutex only across instances: each mutex covers its own instance's requests).\n\
+             unserved = buyers none of whose requests got an order (all refused: under load, for a reason\n\
+             that goes away; refused as \"already bought\" without an order fails the verdict)."
         );
     }
     if let Some(k) = &report.killed {

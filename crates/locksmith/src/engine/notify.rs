@@ -285,6 +285,7 @@ impl NotifyHub {
     /// no new acquires), after which waiters sleep their normal bounds.
     pub(crate) fn close(&self) {
         self.shared.closed.cancel();
+        self.task.stop();
         self.shared
             .commands
             .lock()

@@ -355,7 +355,7 @@ impl Renewer {
         for entry in entries.values() {
             entry.state.mark_lost();
         }
-        self.shared.wake.notify_one();
+        self.shared.task.stop();
     }
 
     /// Number of registered holds (renewed or timer-only).
