@@ -117,7 +117,14 @@ async fn works_with_two_of_five_down_and_fails_fast_with_three() {
 async fn a_node_that_comes_back_is_used_again() {
     let mut servers = RedisNodes::start(3).unwrap();
     servers.node(2).kill();
-    let nodes = redlock(&servers.urls()).await;
+    // Each round needs both live nodes: a per-node timeout with room, as a
+    // node's first round also loads the script (a fresh-clone CI run saw
+    // one take over 250 ms beside the other test lanes).
+    let nodes = RedlockNodes::connect(servers.urls())
+        .await
+        .expect("connect the nodes")
+        .with_node_timeout(Duration::from_secs(1))
+        .unwrap();
     let lock = nodes.lock("redlock:back").unwrap();
     let guard = lock.try_lock().await.unwrap().expect("2 of 3");
     assert_eq!(guard.granted_nodes(), 2);
