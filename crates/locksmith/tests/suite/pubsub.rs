@@ -35,15 +35,18 @@ async fn a_half_open_pubsub_connection_is_replaced_and_waiters_still_wake() {
         let got = lock.try_lock_for(Duration::from_secs(20)).await;
         (got, Instant::now())
     });
+    // Parked, and the hub's pub/sub connection open (a waiter is parked
+    // from its first busy answer on, before its subscription is made).
     assert!(
         eventually(Duration::from_secs(5), || async {
-            waiters.parked_waiter_count() == 1 && waiters.subscription_count() == 1
+            waiters.parked_waiter_count() == 1
+                && waiters.subscription_count() == 1
+                && proxy.connection_count() == 2
         })
         .await
     );
     // Connection 0 carries commands, connection 1 is the hub's pub/sub
     // connection: cut it off silently.
-    assert_eq!(proxy.connection_count(), 2);
     proxy.sever(1);
     // The health check notices within a ping interval plus its timeout and
     // reconnects (a third connection).
