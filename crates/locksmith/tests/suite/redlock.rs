@@ -313,11 +313,7 @@ async fn a_majority_answering_gone_is_lost_at_once() {
         .unwrap();
     let guard = nodes.lock("redlock:gone").unwrap().lock().await.unwrap();
     for url in &servers.urls()[..2] {
-        let mut conn = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: () = conn.del("redlock:gone").unwrap();
+        delete_on(url, "redlock:gone");
     }
     // The next renewal round (every lease/3) finds it gone on a majority.
     tokio::time::timeout(lease / 3 + Duration::from_secs(1), guard.lost().wait())
@@ -507,15 +503,11 @@ async fn one_server_under_two_names_never_counts_twice() {
     assert!(!held_on(&urls[0], "redlock:alias"), "nothing left held");
 }
 
-/// Each granting node's part of a hold is kept by that node client's own
-/// watchdog, the one its plain locks use (batched with their renewals),
-/// not by a renewal task of the Redlock's; releasing takes it off every
-/// watchdog. A node whose part is gone on the server is dropped from the
-/// hold, which stays held while a majority of parts renew.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_node_watchdog_keeps_its_part_of_the_hold() {
+/// Three servers, a client of the test's own on each (leases of `lease`),
+/// and a Redlock set made of those clients: each node's watchdog is one
+/// the test can look at.
+async fn nodes_of_own_clients(lease: Duration) -> (RedisNodes, Vec<Client>, RedlockNodes) {
     let servers = RedisNodes::start(3).unwrap();
-    let lease = Duration::from_millis(1500);
     let mut clients = Vec::new();
     for url in servers.urls() {
         clients.push(Client::builder(url).lease(lease).build().await.unwrap());
@@ -524,6 +516,24 @@ async fn each_node_watchdog_keeps_its_part_of_the_hold() {
         .unwrap()
         .with_node_timeout(NODE_TIMEOUT)
         .unwrap();
+    (servers, clients, nodes)
+}
+
+/// Deletes `key` on the server at `url`, behind the clients' backs.
+fn delete_on(url: &str, key: &str) {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = conn.del(key).unwrap();
+}
+
+/// Each granting node's part of a hold is kept by that node client's own
+/// watchdog, the one its plain locks use (batched with their renewals),
+/// not by a renewal task of the Redlock's; releasing takes it off every
+/// watchdog. A node whose part is gone on the server is dropped from the
+/// hold, which stays held while a majority of parts renew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_watchdog_keeps_its_part_of_the_hold() {
+    let lease = Duration::from_millis(1500);
+    let (servers, clients, nodes) = nodes_of_own_clients(lease).await;
     // A plain lock beside it on the first node's client.
     let plain = clients[0]
         .lock("plain-beside")
@@ -535,11 +545,7 @@ async fn each_node_watchdog_keeps_its_part_of_the_hold() {
     let counts: Vec<usize> = clients.iter().map(Client::tracked_lease_count).collect();
     assert_eq!(counts, [2, 1, 1], "one part on each node's watchdog");
     // One node's part gone on the server: the other two keep the hold.
-    let mut first = redis::Client::open(servers.urls()[0].as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = first.del("redlock:parts").unwrap();
+    delete_on(&servers.urls()[0], "redlock:parts");
     tokio::time::sleep(lease * 2).await;
     assert!(!guard.is_lost(), "two of three parts renewed: still held");
     assert!(
@@ -559,23 +565,11 @@ async fn each_node_watchdog_keeps_its_part_of_the_hold() {
 /// (it would block every contender that needs that node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_that_lost_its_majority_is_renewed_nowhere() {
-    let servers = RedisNodes::start(3).unwrap();
     let lease = Duration::from_millis(1500);
-    let mut clients = Vec::new();
-    for url in servers.urls() {
-        clients.push(Client::builder(url).lease(lease).build().await.unwrap());
-    }
-    let nodes = RedlockNodes::new(clients.clone())
-        .unwrap()
-        .with_node_timeout(NODE_TIMEOUT)
-        .unwrap();
+    let (servers, clients, nodes) = nodes_of_own_clients(lease).await;
     let guard = nodes.lock("redlock:gone").unwrap().lock().await.unwrap();
     for url in &servers.urls()[1..] {
-        let mut conn = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: () = conn.del("redlock:gone").unwrap();
+        delete_on(url, "redlock:gone");
     }
     tokio::time::timeout(lease * 2, guard.lost().wait())
         .await
