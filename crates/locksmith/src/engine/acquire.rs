@@ -136,6 +136,13 @@ pub(crate) const GRANTED_NOW: i64 = 1;
 /// Status of a grant by an earlier send (a resend whose first send landed,
 /// or a grant left over from an attempt given up on), with the lease left.
 pub(crate) const GRANTED_EARLIER: i64 = 2;
+/// Status of a counted kind's acquire reply that grants nothing now (held
+/// by another owner, or queued); the next field says how long to wait.
+pub(crate) const NOT_NOW: i64 = 0;
+/// Status of a counted kind's acquire reply when the server does not know
+/// the holds the owner believes it has (they were lost):
+/// `{-1, count-on-server, 0}`.
+pub(crate) const LOST: i64 = -1;
 
 /// What a grant reply says, for [`record_grant`].
 pub(crate) struct Granted {

@@ -1,7 +1,9 @@
 //! The batcher's run-queue pass: a caller that finds a free place for a
-//! call first lets the tasks ready to run go (see `engine::batch`). A
-//! caller dropped during that pass has its request withdrawn, as one
-//! dropped while queued: nothing reaches the server.
+//! call, when the queue's last call carried more than one request, first
+//! lets the tasks ready to run go (see `engine::batch`). A caller dropped
+//! during that pass has its request withdrawn, as one dropped while
+//! queued: nothing reaches the server. After a lone call there is no pass:
+//! a lone caller's request goes out at once.
 
 use crate::common;
 
@@ -25,6 +27,7 @@ async fn an_acquire_dropped_during_the_pass_before_its_call_is_never_sent() {
     // Warm-up: the scripts are loaded and the client's background work
     // started, so the acquire below goes straight to the batcher.
     lock.lock().await.unwrap().release().await.unwrap();
+    in_company(&client).await;
     let before = grants(&server);
     assert!(before.is_some(), "the warm-up's grant took a token");
 
@@ -63,6 +66,60 @@ async fn an_acquire_dropped_during_the_pass_before_its_call_is_never_sent() {
         .expect("the next acquire is not stuck behind the dropped one")
         .unwrap();
     guard.release().await.unwrap();
+}
+
+/// Acquires of eight locks at once, so that the acquire batcher's last
+/// call carries several requests: two go out alone (the two places), the
+/// other six queue and travel together. The next caller then takes the
+/// run-queue pass.
+async fn in_company(client: &locksmith::Client) {
+    let guards = futures_util::future::join_all(
+        (0..8).map(|i| async move { client.lock(format!("company-{i}")).unwrap().lock().await }),
+    )
+    .await;
+    for guard in guards {
+        guard.unwrap().release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_acquire_after_a_lone_call_goes_out_at_once() {
+    let (server, client) = common::setup(Duration::from_secs(30)).await;
+    let lock = client.lock("pass-drop").unwrap();
+    // Warm-up, alone: the acquire batcher's last call carried one request.
+    lock.lock().await.unwrap().release().await.unwrap();
+    let before = grants(&server).expect("the warm-up's grant took a token");
+
+    // As above, but with no company there is no pass: the acquire's first
+    // poll sends its request, so the abort queued behind it comes after
+    // the request went out. The grant lands and is undone.
+    let mine = lock.clone();
+    let attempt = tokio::spawn(async move { mine.lock().await.map(|_guard| ()) });
+    let abort = attempt.abort_handle();
+    tokio::spawn(async move { abort.abort() });
+    let ended = attempt.await;
+    assert!(
+        ended.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the acquire was dropped before it could end: {ended:?}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut conn = server.connection().unwrap();
+    loop {
+        let held: bool = redis::cmd("EXISTS")
+            .arg("pass-drop")
+            .query(&mut conn)
+            .unwrap();
+        if grants(&server) == Some(before + 1) && !held {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a lone acquire waited for company: its request was not sent before the abort \
+             (tokens {before} -> {:?}, held {held})",
+            grants(&server)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A runtime shut down while calls are out and more requests are queued

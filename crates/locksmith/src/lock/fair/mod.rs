@@ -13,6 +13,8 @@
 //! delays the queue by at most that timeout. Times come from the server's
 //! clock.
 
+mod contract;
+
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +25,7 @@ use tokio::time::Instant;
 use super::{LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
-use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::batch::Batcher;
 use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::{wake_one, Keeper};
 use crate::engine::renewal::Hold;
@@ -32,6 +34,7 @@ use crate::engine::wait::{Check, Wait};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
+use contract::{acquired, AcquireRequest};
 use tokio::sync::OwnedMutexGuard;
 
 /// A fair (first come, first served) reentrant lock handle.
@@ -342,19 +345,17 @@ impl FairLock {
             });
         }
         let expected = state.count;
-        let call = Call::new(
-            4,
-            [
-                Arg::Text(shared.name.clone()),
-                Arg::Text(shared.queue.clone()),
-                Arg::Text(shared.timeouts.clone()),
-                Arg::Text(shared.token_key.clone()),
-                Arg::Int(lease.as_millis() as u64),
-                Arg::Text(shared.owner.clone()),
-                Arg::Int(u64::from(expected)),
-                Arg::Int(patience.as_millis() as u64),
-            ],
-        );
+        let call = AcquireRequest {
+            key: shared.name.clone(),
+            queue: shared.queue.clone(),
+            timeouts: shared.timeouts.clone(),
+            token_key: shared.token_key.clone(),
+            lease,
+            owner: shared.owner.clone(),
+            expected,
+            patience,
+        }
+        .call();
         let this = self.clone();
         let undo = undo::closure(move |mut state: OwnedMutexGuard<HoldState>| {
             Box::pin(async move {
@@ -372,14 +373,14 @@ impl FairLock {
                 Err(e) => return Err(self.name_wrong_key(e).await),
             };
         match reply.field(0) {
-            0 => {
+            acquired::QUEUED => {
                 let wait = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
                 return Ok(Attempt::Queued {
                     until: Instant::now() + wait,
                 });
             }
-            1 | 2 => {}
-            -1 => {
+            acquired::NOW | acquired::EARLIER => {}
+            acquired::LOST => {
                 reply.state.state().forget();
                 return Err(self.not_held());
             }

@@ -18,9 +18,10 @@ pub(in crate::lock) mod acquired {
     /// lease was set then, `pttl` is what is left of it.
     pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
     /// `{0, pttl, 0}`: held by another owner for `pttl` more milliseconds.
-    pub(in crate::lock) const BUSY: i64 = 0;
-    // Anything else (`{-1, count-on-server, 0}`): the server does not know
-    // the holds the owner believes it has (they were lost).
+    pub(in crate::lock) const BUSY: i64 = crate::engine::acquire::NOT_NOW;
+    // Anything else (`{-1, count-on-server, 0}`,
+    // `crate::engine::acquire::LOST`): the server does not know the holds
+    // the owner believes it has (they were lost).
 }
 
 /// One `acquire.lua` request: one more hold of `owner` on `key`.

@@ -11,6 +11,8 @@
 //! holds keep others' writes out). A reader asking for the write lock gets
 //! [`Error::Upgrade`] instead of waiting forever for itself.
 
+mod contract;
+
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use tokio::time::Instant;
 use super::{LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
-use crate::engine::batch::{Arg, Batcher, Call};
+use crate::engine::batch::Batcher;
 use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::Wake;
 use crate::engine::renewal::Hold;
@@ -30,6 +32,7 @@ use crate::engine::wait::{Check, Wait};
 use crate::engine::{keys, validate};
 use crate::error::{Error, Result};
 use crate::scripts;
+use contract::{acquired, AcquireRequest};
 use tokio::sync::OwnedMutexGuard;
 
 /// A distributed read-write lock handle (Redisson's `RReadWriteLock`
@@ -406,20 +409,18 @@ impl ReadWriteLock {
             return Ok(Check::NotYet(Some(Instant::now() + GATE_POLL)));
         }
         let expected = state.side(side).count;
-        let call = Call::new(
-            3,
-            [
-                Arg::Text(shared.name.clone()),
-                Arg::Text(shared.token_key.clone()),
-                Arg::Text(shared.writers.clone()),
-                Arg::Static(side.code()),
-                Arg::Text(shared.owner.clone()),
-                Arg::Int(u64::from(expected)),
-                Arg::Int(lease.as_millis() as u64),
-                Arg::Static(if self.prefer_writers { "1" } else { "0" }),
-                Arg::Int(if claim { lease.as_millis() as u64 } else { 0 }),
-            ],
-        );
+        let call = AcquireRequest {
+            key: shared.name.clone(),
+            token_key: shared.token_key.clone(),
+            writers: shared.writers.clone(),
+            side,
+            owner: shared.owner.clone(),
+            expected,
+            lease,
+            prefer_writers: self.prefer_writers,
+            claim: claim.then_some(lease),
+        }
+        .call();
         let this = self.clone();
         let undo = undo::closure(move |mut state: OwnedMutexGuard<RwState>| {
             Box::pin(async move {
@@ -437,16 +438,16 @@ impl ReadWriteLock {
                 Err(e) => return Err(self.name_wrong_key(e).await),
             };
         match reply.field(0) {
-            0 => {
+            acquired::BUSY => {
                 let pttl = Duration::from_millis(u64::try_from(reply.field(1)).unwrap_or(0));
                 return Ok(Check::NotYet(Some(Instant::now() + pttl)));
             }
-            1 | 2 => {}
-            -1 => {
+            acquired::NOW | acquired::EARLIER => {}
+            acquired::LOST => {
                 reply.state.state().side(side).forget();
                 return Err(self.not_held());
             }
-            -3 => {
+            acquired::UPGRADE => {
                 return Err(Error::Upgrade {
                     name: shared.name.to_string(),
                 })

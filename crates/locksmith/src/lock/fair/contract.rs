@@ -1,0 +1,65 @@
+//! The contract of `acquire.lua`, written once: a request's KEYS and ARGV
+//! as a Rust type that builds the [`Call`], and the reply's status numbers
+//! by name. (The release and leave scripts are each sent from one place,
+//! `release_call` and `leave`; their replies are `engine::hold`'s.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::batch::{Arg, Call};
+
+/// Status of an `acquire.lua` reply (its first field).
+pub(super) mod acquired {
+    /// `{1, token, count}`: granted by this call; the lease was set now.
+    pub(in crate::lock) const NOW: i64 = crate::engine::acquire::GRANTED_NOW;
+    /// `{2, token, count, pttl}`: granted earlier (a resend whose first
+    /// send landed); `pttl` is what is left of the lease.
+    pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
+    /// `{0, wait, position}`: queued at `position` (0-based; -1 for a
+    /// single try, which does not join); look again within `wait` ms even
+    /// without a message.
+    pub(in crate::lock) const QUEUED: i64 = crate::engine::acquire::NOT_NOW;
+    /// `{-1, count-on-server, 0}`: the server does not know the holds the
+    /// owner believes it has (they were lost).
+    pub(in crate::lock) const LOST: i64 = crate::engine::acquire::LOST;
+}
+
+/// One `acquire.lua` request: one more hold of `owner`, in arrival order.
+pub(super) struct AcquireRequest {
+    /// The lock hash.
+    pub(super) key: Arc<str>,
+    /// The queue list, `redisson_lock_queue:{NAME}`.
+    pub(super) queue: Arc<str>,
+    /// The queue's give-up times, `redisson_lock_timeout:{NAME}`.
+    pub(super) timeouts: Arc<str>,
+    /// The fencing counter.
+    pub(super) token_key: Arc<str>,
+    /// The lease to set.
+    pub(super) lease: Duration,
+    /// The owner field, `<client-uuid>:<holder-id>`.
+    pub(super) owner: Arc<str>,
+    /// The holds the owner believes it has before this one.
+    pub(super) expected: u32,
+    /// How long the owner may stay queued without asking again before it
+    /// counts as gone; zero: a single try that does not join the queue.
+    pub(super) patience: Duration,
+}
+
+impl AcquireRequest {
+    /// The request as the script reads it.
+    pub(super) fn call(self) -> Call {
+        Call::new(
+            4,
+            [
+                Arg::Text(self.key),
+                Arg::Text(self.queue),
+                Arg::Text(self.timeouts),
+                Arg::Text(self.token_key),
+                Arg::Int(self.lease.as_millis() as u64),
+                Arg::Text(self.owner),
+                Arg::Int(u64::from(self.expected)),
+                Arg::Int(self.patience.as_millis() as u64),
+            ],
+        )
+    }
+}
