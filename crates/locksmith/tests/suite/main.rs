@@ -42,6 +42,7 @@ mod process;
 mod protocol;
 mod pubsub;
 mod redisson;
+mod redisson_java;
 mod redlock;
 mod release_answers;
 mod release_gaps;

@@ -5,7 +5,12 @@
 --   ARGV  lease in milliseconds, owner field, the hold count the owner
 --         believes it has before this acquire, how long (ms) the owner may
 --         stay queued without asking again before it counts as gone (0: a
---         single try that does not join the queue)
+--         single try that does not join the queue), the queue step (ms):
+--         Redisson's fairLockWaitTimeout
+-- Give-up times follow Redisson's accounting, so Java waiters and ours
+-- share one queue: every grant to a newcomer or to the head moves every
+-- waiter's give-up time back by the step (Redisson moves them back by its
+-- wait), so a waiter's time carries one step per waiter ahead of it.
 -- Returns one reply per request: {1, token, count} granted by this call;
 -- {2, token, count, pttl} granted earlier (a resend whose reply was lost);
 -- {0, wait, position} queued (joined or still there, give-up time
@@ -14,7 +19,7 @@
 -- but an earlier waiter has not taken it, until that waiter counts as gone;
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count;
 -- {-2, error message} for a request that failed alone.
-local function acquire(key, queue, timeouts, token_key, lease, owner, expected, patience, now)
+local function acquire(key, queue, timeouts, token_key, lease, owner, expected, patience, step, now)
     purge(queue, timeouts, now)
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
@@ -31,6 +36,8 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
             redis.call('lpop', queue)
         end
         redis.call('zrem', timeouts, owner)
+        -- As Redisson's grant does: everyone left moves one place up.
+        step_back(timeouts, redis.call('zrange', timeouts, 0, -1), step)
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
         return {1, token, 1}
@@ -39,17 +46,15 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
         -- A single try: do not join the queue.
         return {0, math.max(0, redis.call('pttl', key)), -1}
     end
-    -- Busy: join the queue, or stay in it with a fresh give-up time.
-    local give_up = now + tonumber(patience)
+    -- Busy: join the queue, or stay in it with a fresh give-up time: the
+    -- patience from now, plus one step per waiter ahead (each grant ahead
+    -- takes one step off, ours and Redisson's alike).
     local position = redis.call('lpos', queue, owner)
     if position == false then
         redis.call('rpush', queue, owner)
         position = redis.call('llen', queue) - 1
     end
-    local old = redis.call('zscore', timeouts, owner)
-    if old == false or tonumber(old) < give_up then
-        redis.call('zadd', timeouts, give_up, owner)
-    end
+    redis.call('zadd', timeouts, now + tonumber(patience) + position * tonumber(step), owner)
     local pttl = redis.call('pttl', key)
     if pttl == -2 then
         -- Free, but an earlier waiter's turn: look again when it counts as
@@ -63,7 +68,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
 end
 
 local now = now_ms()
-return each_request(4, 4, function(k, a)
+return each_request(4, 5, function(k, a)
     return acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1],
-        ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], now)
+        ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], now)
 end)

@@ -29,6 +29,16 @@ local function purge(queue, timeouts, now)
     end
 end
 
+-- Moves the give-up time of each waiter in `waiters` back by `step` ms
+-- (Redisson's accounting: a waiter's time carries one step per waiter
+-- ahead, taken off as each one leaves the line by a grant or by giving up).
+local function step_back(timeouts, waiters, step)
+    local by = -tonumber(step)
+    for _, waiter in ipairs(waiters) do
+        redis.call('zincrby', timeouts, by, waiter)
+    end
+end
+
 -- Tells the waiter at the head of the queue that the lock is free (on its
 -- own channel, so nobody else wakes).
 local function wake_head(queue, prefix, message, mode)

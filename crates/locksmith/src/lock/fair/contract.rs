@@ -43,6 +43,9 @@ pub(super) struct AcquireRequest {
     /// How long the owner may stay queued without asking again before it
     /// counts as gone; zero: a single try that does not join the queue.
     pub(super) patience: Duration,
+    /// The queue step (Redisson's `fairLockWaitTimeout`, see
+    /// `FairLock::with_queue_step`).
+    pub(super) step: Duration,
 }
 
 impl AcquireRequest {
@@ -59,6 +62,7 @@ impl AcquireRequest {
                 Arg::Text(self.owner),
                 Arg::Int(u64::from(self.expected)),
                 Arg::Int(self.patience.as_millis() as u64),
+                Arg::Int(self.step.as_millis() as u64),
             ],
         )
     }

@@ -10,8 +10,16 @@
 //! give-up time every third of its wait timeout
 //! ([`FairLock::with_wait_timeout`]) while it lives, so a live waiter never
 //! loses its place however long the holder keeps the lock, and a dead one
-//! delays the queue by at most that timeout. Times come from the server's
-//! clock.
+//! delays the queue by at most that timeout once it is at the head. Times
+//! come from the server's clock.
+//!
+//! Give-up times are kept in Redisson's accounting, so Java waiters and
+//! ours share one queue: a waiter's time carries one queue step
+//! (Redisson's `fairLockWaitTimeout`, [`FairLock::with_queue_step`]) per
+//! waiter ahead of it, and every grant from the queue, and every waiter
+//! that gives up, takes one step off those behind. (Without this, each
+//! Redisson grant, which takes 5 minutes off every waiter's time, made
+//! every locksmith waiter behind it look gone, and it lost its place.)
 
 mod contract;
 
@@ -58,12 +66,19 @@ pub struct FairLock {
     lease: Option<Duration>,
     /// How long a queued waiter that stops refreshing its place keeps it.
     wait_timeout: Duration,
+    /// Redisson's `fairLockWaitTimeout`: what each grant takes off every
+    /// waiter's give-up time.
+    queue_step: Duration,
 }
 
 impl FairLock {
     /// Default give-up time of a queued waiter that stops refreshing its
     /// place: 5 seconds.
     pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Default queue step: 5 minutes, Redisson's default
+    /// `fairLockWaitTimeout` (see [`FairLock::with_queue_step`]).
+    pub const DEFAULT_QUEUE_STEP: Duration = Duration::from_secs(300);
 }
 
 /// What clones of a [`FairLock`] share.
@@ -133,6 +148,7 @@ impl Client {
             }),
             lease: None,
             wait_timeout: FairLock::DEFAULT_WAIT_TIMEOUT,
+            queue_step: FairLock::DEFAULT_QUEUE_STEP,
         })
     }
 }
@@ -178,8 +194,9 @@ impl FairLock {
     }
 
     /// The same owner with another wait timeout (default
-    /// [`FairLock::DEFAULT_WAIT_TIMEOUT`]; Redisson's
-    /// `fairLockWaitTimeout`): how long a queued waiter that stopped asking
+    /// [`FairLock::DEFAULT_WAIT_TIMEOUT`]; locksmith's own, beside
+    /// Redisson's `fairLockWaitTimeout`, which is
+    /// [`FairLock::with_queue_step`]): how long a queued waiter that stopped asking
     /// (its process died or froze) keeps its place before the others pass
     /// it. A live waiter refreshes its place every third of this, so it
     /// never loses it however long the lock is held; a dead one delays the
@@ -196,6 +213,34 @@ impl FairLock {
         }
         Ok(FairLock {
             wait_timeout: timeout,
+            ..self.clone()
+        })
+    }
+
+    /// The same owner with another queue step (default
+    /// [`FairLock::DEFAULT_QUEUE_STEP`]): set it to the
+    /// `fairLockWaitTimeout` of the Redisson services that share this lock.
+    ///
+    /// The queue keeps each waiter's give-up time in Redisson's way: when
+    /// a waiter joins, one step per waiter ahead of it is added, and every
+    /// grant from the queue, and every waiter that gives up, takes one step
+    /// off the waiters behind it. Redisson's grants take off their own wait
+    /// (`fairLockWaitTimeout`, or a `tryLock`'s wait time), so with a step
+    /// smaller than that a Redisson grant makes a live locksmith waiter
+    /// look gone, and it loses its place; with a larger one, a locksmith
+    /// waiter that died keeps its place longer (up to the difference per
+    /// Redisson grant) before the others pass it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a step over a day.
+    pub fn with_queue_step(&self, step: Duration) -> Result<FairLock> {
+        if step > Duration::from_secs(86_400) {
+            return Err(Error::invalid(format!(
+                "fair lock queue step must be at most 1 day, got {step:?}"
+            )));
+        }
+        Ok(FairLock {
+            queue_step: step,
             ..self.clone()
         })
     }
@@ -354,6 +399,7 @@ impl FairLock {
             owner: shared.owner.clone(),
             expected,
             patience,
+            step: self.queue_step,
         }
         .call();
         let this = self.clone();
@@ -478,6 +524,7 @@ impl FairLock {
             &*shared.owner,
             &*shared.channel_prefix,
             shared.client.notify_mode().code(),
+            self.queue_step.as_millis() as u64,
         );
         shared
             .client
