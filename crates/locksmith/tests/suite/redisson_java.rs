@@ -848,3 +848,304 @@ async fn a_key_prefix_and_a_name_mapper_address_the_same_keys() {
         .ok_value()
         .unwrap();
 }
+
+/// Within this long of the other side's release a waiter counts as woken
+/// by its message (the leases are 30 s) on a loaded machine.
+const WOKEN: Duration = Duration::from_secs(2);
+
+/// Waits for the answer `rx` to `what` and checks it came within [`WOKEN`]
+/// of `since`.
+async fn java_woken(
+    rx: tokio::sync::oneshot::Receiver<locksmith_testkit::Answer>,
+    since: Instant,
+    what: &str,
+) -> String {
+    let answer = RedissonPeer::answer(rx, Duration::from_secs(10), what)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let value = answer
+        .ok_value()
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .to_owned();
+    let after = answer.at.saturating_duration_since(since);
+    assert!(after < WOKEN, "{what}: the Java waiter took {after:?}");
+    value
+}
+
+/// Waits for the Rust waiter `task` and checks it ended within [`WOKEN`]
+/// of `since`.
+async fn rust_woken<T>(task: tokio::task::JoinHandle<T>, since: Instant, what: &str) -> T {
+    let value = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the Rust waiter was not woken"))
+        .unwrap();
+    let after = since.elapsed();
+    assert!(after < WOKEN, "{what}: the Rust waiter took {after:?}");
+    value
+}
+
+/// On a Redis Cluster (Redis 7: both sides publish with `SPUBLISH` and wait
+/// with `SSUBSCRIBE` on the slot's primary), a waiter of every primitive on
+/// either side is woken by the other side's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_hands_off_both_ways_on_a_cluster() {
+    let env = crate::common::Env::new(crate::common::Topo::Cluster).await;
+    if !env.redisson_sharded() {
+        // Redis 6 clusters have no sharded pub/sub: Redisson falls back to
+        // classic pub/sub there, as locksmith does; the single-server tests
+        // cover that pairing.
+        return;
+    }
+    let client = env.client(LEASE).await;
+    let nodes: Vec<String> = env
+        .url
+        .trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|addr| format!("redis://{addr}"))
+        .collect();
+    let java = RedissonPeer::start(&["--cluster", &nodes.join(",")])
+        .await
+        .expect("start the Redisson peer on the cluster");
+    let settle = || tokio::time::sleep(Duration::from_millis(300));
+
+    // Lock.
+    let name = env.name("cl-lock");
+    let lock = client.lock(name.clone()).unwrap();
+    java.call(&format!("lock lock {name} 1 -1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    settle().await;
+    java.call(&format!("unlock lock {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let guard = rust_woken(waiter, Instant::now(), "lock, Java -> Rust").await;
+    let waiting = java.send(&format!("lock lock {name} 2 -1")).await.unwrap();
+    settle().await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    java_woken(waiting, released, "lock, Rust -> Java").await;
+    java.call(&format!("unlock lock {name} 2"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+
+    // Fair lock.
+    let name = env.name("cl-fair");
+    let fair = client.fair_lock(name.clone()).unwrap();
+    java.call(&format!("lock fair {name} 1 -1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.lock().await.unwrap() })
+    };
+    settle().await;
+    let unlocked = Instant::now();
+    java.call(&format!("unlock fair {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let guard = rust_woken(waiter, unlocked, "fair lock, Java -> Rust").await;
+    let waiting = java.send(&format!("lock fair {name} 2 -1")).await.unwrap();
+    settle().await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    java_woken(waiting, released, "fair lock, Rust -> Java").await;
+    java.call(&format!("unlock fair {name} 2"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+
+    // Read-write lock: a Java writer holds a Rust reader back, and the
+    // reverse.
+    let name = env.name("cl-rw");
+    let rw = client.read_write_lock(name.clone()).unwrap();
+    java.call(&format!("lock write {name} 1 -1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let waiter = {
+        let rw = rw.clone();
+        tokio::spawn(async move { rw.read().await.unwrap() })
+    };
+    settle().await;
+    let unlocked = Instant::now();
+    java.call(&format!("unlock write {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let read = rust_woken(waiter, unlocked, "read-write lock, Java -> Rust").await;
+    read.release().await.unwrap();
+    let write = rw.write().await.unwrap();
+    let waiting = java.send(&format!("lock read {name} 2 -1")).await.unwrap();
+    settle().await;
+    let released = Instant::now();
+    write.release().await.unwrap();
+    java_woken(waiting, released, "read-write lock, Rust -> Java").await;
+    java.call(&format!("unlock read {name} 2"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+
+    // Semaphore of one permit.
+    let name = env.name("cl-sem");
+    let sem = client.semaphore(name.clone()).unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    java.call(&format!("sem-acquire {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire(1).await.unwrap() })
+    };
+    settle().await;
+    let released = Instant::now();
+    java.call(&format!("sem-release {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let permit = rust_woken(waiter, released, "semaphore, Java -> Rust").await;
+    let waiting = java.send(&format!("sem-acquire {name} 1")).await.unwrap();
+    settle().await;
+    let released = Instant::now();
+    permit.release().await.unwrap();
+    java_woken(waiting, released, "semaphore, Rust -> Java").await;
+
+    // Count-down latch.
+    let name = env.name("cl-latch");
+    assert!(java
+        .call(&format!("latch-trysetcount {name} 1"))
+        .await
+        .unwrap()
+        .truth()
+        .unwrap());
+    let latch = client.count_down_latch(name.clone()).unwrap();
+    let waiter = {
+        let latch = latch.clone();
+        tokio::spawn(async move { latch.wait_for(Duration::from_secs(10)).await.unwrap() })
+    };
+    settle().await;
+    let counted = Instant::now();
+    java.call(&format!("latch-countdown {name}"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    assert!(rust_woken(waiter, counted, "latch, Java -> Rust").await);
+    assert!(latch.try_set_count(1).await.unwrap());
+    let waiting = java
+        .send(&format!("latch-await {name} 10000"))
+        .await
+        .unwrap();
+    settle().await;
+    let counted = Instant::now();
+    latch.count_down().await.unwrap();
+    assert_eq!(
+        java_woken(waiting, counted, "latch, Rust -> Java").await,
+        "true"
+    );
+}
+
+/// Redisson 4.4's "zombie" fix, both ways: a reader's renewal extends only
+/// its own holds, so a dead reader of the other side (its process gone, its
+/// hold never released) stops counting once its lease ran out, though a
+/// live reader of this side kept the lock hash alive meanwhile. The last
+/// live reader's release then frees the lock for a writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() {
+    let server = RedisServer::start().expect("start redis-server");
+    let short = |server: &RedisServer| {
+        Client::builder(server.url())
+            .lease(Duration::from_secs(1))
+            .command_timeout(Duration::from_secs(2))
+            .build()
+    };
+    let url = server.url();
+    let peer_args = ["--url", url.as_str(), "--watchdog-ms", "1000"];
+
+    // A Java reader dies; a Rust reader renews for three of its leases.
+    let client = short(&server).await.unwrap();
+    let rw = client.read_write_lock("zombie-java").unwrap();
+    let dying = RedissonPeer::start(&peer_args).await.unwrap();
+    dying
+        .call("lock read zombie-java 1 -1")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let read = rw.read().await.unwrap();
+    drop(dying); // killed: no unlock, its watchdog gone with it
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(!read.is_lost(), "the live Rust reader kept its hold");
+    read.release().await.unwrap();
+    let writer = client.read_write_lock("zombie-java").unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(2), writer.write())
+        .await
+        .expect("the dead Java reader does not hold the writer back")
+        .unwrap();
+    write.release().await.unwrap();
+
+    // A Rust reader dies (its client closed with the hold unreleased); a
+    // Java reader renews for three of its leases.
+    let java = RedissonPeer::start(&peer_args).await.unwrap();
+    let dying = short(&server).await.unwrap();
+    let held = dying
+        .read_write_lock("zombie-rust")
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    java.call("lock read zombie-rust 1 -1")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    std::mem::forget(held); // never released
+    dying.close().await.expect("closed");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        java.call("held read zombie-rust 1")
+            .await
+            .unwrap()
+            .truth()
+            .unwrap(),
+        "the live Java reader kept its hold"
+    );
+    java.call("unlock read zombie-rust 1")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let tried = java
+        .call("trylock write zombie-rust 2 2000 -1")
+        .await
+        .unwrap();
+    assert!(
+        tried.truth().unwrap(),
+        "the dead Rust reader does not hold the Java writer back"
+    );
+    java.call("unlock write zombie-rust 2")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+}
