@@ -86,6 +86,17 @@ pub enum Error {
         name: String,
     },
 
+    /// A non-reentrant lock ([`Client::non_reentrant_lock`]) was asked for
+    /// again by the task that holds it: a second hold is refused, as
+    /// Redisson's non-reentrant lock refuses it (nothing was sent).
+    ///
+    /// [`Client::non_reentrant_lock`]: crate::Client::non_reentrant_lock
+    #[error("lock {name:?} is non-reentrant and is already held by this owner and task; release it before acquiring it again")]
+    Reentry {
+        /// The lock's name.
+        name: String,
+    },
+
     /// A permit of a permit-expirable semaphore was not held when it was
     /// released: its lease had run out (`expired`; it is back in the pool,
     /// and its holder had lost it), or no such permit exists (never issued,
@@ -206,6 +217,8 @@ pub enum ErrorKind {
     Unconfirmed,
     /// A read-write lock reader asked for the write hold.
     Upgrade,
+    /// A non-reentrant lock was asked for again by its holder.
+    Reentry,
     /// A fenced store refused a write with a stale fencing token.
     StaleToken,
     /// A grant was not acknowledged by enough replicas and was rolled
@@ -277,6 +290,7 @@ impl Error {
             Error::NotHeld { .. } | Error::PermitNotHeld { .. } => ErrorKind::NotHeld,
             Error::Unconfirmed { .. } => ErrorKind::Unconfirmed,
             Error::Upgrade { .. } => ErrorKind::Upgrade,
+            Error::Reentry { .. } => ErrorKind::Reentry,
             Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,

@@ -1149,3 +1149,58 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .ok_value()
         .unwrap();
 }
+
+/// Redisson's non-reentrant lock and locksmith's share one lock, each
+/// refusing its own re-entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_reentrant_locks_share_the_rlock_layout_and_refuse_reentry_on_both_sides() {
+    let (_server, client, java) = both(&[]).await;
+    let lock = client.non_reentrant_lock("single").unwrap();
+
+    // Rust holds: a second acquire by the holding task is refused, sending
+    // nothing (the hold count stays 1); Java is kept out.
+    let guard = lock.lock().await.unwrap();
+    let again = lock.try_lock().await.unwrap_err();
+    assert_eq!(again.kind(), locksmith::ErrorKind::Reentry, "{again}");
+    assert!(again.to_string().contains("non-reentrant"), "{again}");
+    assert_eq!(
+        lock.info().await.unwrap().holders,
+        vec![(lock.owner().to_owned(), 1)]
+    );
+    assert!(!java
+        .call("trylock nonreentrant single 1 0 -1")
+        .await
+        .unwrap()
+        .truth()
+        .unwrap());
+    // A Java waiter is woken by the release.
+    let waiting = java.send("lock nonreentrant single 1 -1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    java_woken(waiting, released, "non-reentrant lock, Rust -> Java").await;
+
+    // Java holds: its own re-entry is refused; Rust waits and is woken by
+    // the Java unlock.
+    let refused = java.call("lock nonreentrant single 1 -1").await.unwrap();
+    assert!(
+        !refused.ok && refused.value.starts_with("IllegalMonitorStateException"),
+        "{refused:?}"
+    );
+    assert_eq!(lock.info().await.unwrap().holders, vec![(java.owner(1), 1)]);
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let unlocked = Instant::now();
+    java.call("unlock nonreentrant single 1")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let guard = rust_woken(waiter, unlocked, "non-reentrant lock, Java -> Rust").await;
+    guard.release().await.unwrap();
+    // After a release the same handle takes it again.
+    lock.lock().await.unwrap().release().await.unwrap();
+}

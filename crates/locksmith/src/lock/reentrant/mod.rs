@@ -123,6 +123,9 @@ pub(in crate::lock) struct Shared {
     pub(in crate::lock) state: Arc<Mutex<HoldState>>,
     /// Which task the owner's hold belongs to (see [`ActorGate`]).
     pub(in crate::lock) gate: ActorGate,
+    /// False for [`Client::non_reentrant_lock`]: a second acquire while
+    /// the owner holds is refused ([`Error::Reentry`]).
+    pub(in crate::lock) reentrant: bool,
 }
 
 /// Outcome of one acquire attempt.
@@ -173,6 +176,29 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty or longer than the
     /// client's name limit.
     pub fn lock(&self, name: impl Into<String>) -> Result<Lock> {
+        self.reentrant_lock(name, true)
+    }
+
+    /// A handle on the lock `name`, with a new owner, that refuses
+    /// re-entry: Redisson's `getNonReentrantLock` (Redisson 4.4 and
+    /// later). The layout is the reentrant lock's (hash `NAME`, field
+    /// `<uuid>:<holder-id>` = 1), so it shares the lock with Redisson's
+    /// `RLock` and non-reentrant lock, and with [`Client::lock`] handles.
+    ///
+    /// An acquire (`lock`, `try_lock`, `try_lock_for`) by the task already
+    /// holding it through this handle fails with [`Error::Reentry`] at
+    /// once, sending nothing, where a reentrant lock would count a second
+    /// hold; another task of the same handle waits, as it does for a
+    /// reentrant lock (see [`Lock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `name` is empty or longer than the
+    /// client's name limit.
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> Result<Lock> {
+        self.reentrant_lock(name, false)
+    }
+
+    fn reentrant_lock(&self, name: impl Into<String>, reentrant: bool) -> Result<Lock> {
         let name = self.checked_name(name)?;
         let holder = NEXT_HOLDER_ID.fetch_add(1, Ordering::Relaxed);
         Ok(Lock {
@@ -185,6 +211,7 @@ impl Client {
                 name: name.into(),
                 state: Arc::new(Mutex::new(HoldState::default())),
                 gate: ActorGate::default(),
+                reentrant,
             }),
             lease: None,
         })
@@ -508,6 +535,11 @@ impl Lock {
             // Held through this handle by another task: that task's hold,
             // not ours to re-enter.
             return Ok(Attempt::Busy(GATE_POLL));
+        }
+        if !self.shared.reentrant && state.count > 0 {
+            return Err(Error::Reentry {
+                name: self.shared.name.to_string(),
+            });
         }
         let expected = state.count;
         // Armed from the first send until the reply is kept: if this
