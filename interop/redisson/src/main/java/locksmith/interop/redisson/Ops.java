@@ -187,6 +187,17 @@ final class Ops {
                 return CompletableFuture.completedFuture(version);
             case "ping":
                 return CompletableFuture.completedFuture(null);
+
+            // ---- benchmark workloads (Bench) ----
+            case "bench-uncontended":
+                need(a, 4, "bench-uncontended TASKS DURATION_MS WARMUP_MS PREFIX");
+                return Bench.uncontended(client, a);
+            case "bench-contended":
+                need(a, 5, "bench-contended TASKS DURATION_MS WARMUP_MS NAME COUNTER");
+                return Bench.contended(client, a);
+            case "bench-handoff":
+                need(a, 2, "bench-handoff N NAME");
+                return Bench.handoff(client, blocking, a);
             default:
                 throw new ProtocolError("UnknownOp", op);
         }
@@ -306,7 +317,7 @@ final class Ops {
         }
     }
 
-    private static long num(String s) {
+    static long num(String s) {
         try {
             return Long.parseLong(s);
         } catch (NumberFormatException e) {

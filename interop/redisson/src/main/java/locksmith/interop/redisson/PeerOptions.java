@@ -19,7 +19,7 @@ final class PeerOptions {
             "usage: java -jar redisson-peer.jar --url redis://127.0.0.1:PORT",
             "         [--cluster redis://h:p,redis://h:p,...] [--prefix PREFIX]",
             "         [--watchdog-ms N] [--fair-wait-ms N] [--user U] [--password P]",
-            "         [--sharded-subscription auto|on|off]",
+            "         [--sharded-subscription auto|on|off] [--pool N]",
             "Reads requests '<id> <op> <args...>' on stdin, answers on stdout;",
             "see interop/redisson/README.md.");
 
@@ -28,6 +28,7 @@ final class PeerOptions {
     String prefix;
     Long watchdogMs;
     Long fairWaitMs;
+    Integer pool;
     String user;
     String password;
     ShardedSubscriptionMode sharded;
@@ -63,6 +64,9 @@ final class PeerOptions {
                     break;
                 case "--prefix":
                     o.prefix = v;
+                    break;
+                case "--pool":
+                    o.pool = Integer.parseInt(v);
                     break;
                 case "--watchdog-ms":
                     o.watchdogMs = Long.parseLong(v);
@@ -125,8 +129,15 @@ final class PeerOptions {
         } else {
             SingleServerConfig s = config.useSingleServer();
             s.setAddress(url);
-            // Fewer idle connections at start-up (default 24): quicker "ready".
-            s.setConnectionMinimumIdleSize(2);
+            if (pool != null) {
+                // Benchmarks: a pool as large as the concurrency, opened at
+                // start, so no task waits for a connection.
+                s.setConnectionPoolSize(pool);
+                s.setConnectionMinimumIdleSize(pool);
+            } else {
+                // Fewer idle connections at start-up (default 24): quicker "ready".
+                s.setConnectionMinimumIdleSize(2);
+            }
         }
         return config;
     }
