@@ -130,19 +130,23 @@ where
     }
 }
 
-/// Status of a grant in every counted kind's acquire reply: granted by the
-/// send answered (the lease was set then).
-pub(crate) const GRANTED_NOW: i64 = 1;
-/// Status of a grant by an earlier send (a resend whose first send landed,
-/// or a grant left over from an attempt given up on), with the lease left.
-pub(crate) const GRANTED_EARLIER: i64 = 2;
-/// Status of a counted kind's acquire reply that grants nothing now (held
-/// by another owner, or queued); the next field says how long to wait.
-pub(crate) const NOT_NOW: i64 = 0;
-/// Status of a counted kind's acquire reply when the server does not know
-/// the holds the owner believes it has (they were lost):
-/// `{-1, count-on-server, 0}`.
-pub(crate) const LOST: i64 = -1;
+/// The first field of every counted kind's acquire reply (the reentrant,
+/// fair and read-write locks' scripts, and Redlock's nodes); each kind's
+/// `contract.rs` names what the rest of its reply holds.
+pub(crate) mod status {
+    /// Granted by the send answered (the lease was set then).
+    pub(crate) const NOW: i64 = 1;
+    /// Granted by an earlier send (a resend whose first send landed, or a
+    /// grant left over from an attempt given up on), with the lease left.
+    pub(crate) const EARLIER: i64 = 2;
+    /// Not granted now (held by another owner, or queued); the next field
+    /// says how long to wait.
+    pub(crate) const NOT_NOW: i64 = 0;
+    /// The server does not know the holds the owner believes it has (they
+    /// were lost): `{-1, count-on-server, 0}`.
+    pub(crate) const LOST: i64 = -1;
+}
+pub(crate) use status::{EARLIER as GRANTED_EARLIER, NOW as GRANTED_NOW};
 
 /// What a grant reply says, for [`record_grant`].
 pub(crate) struct Granted {

@@ -8,20 +8,16 @@ use std::time::Duration;
 
 use crate::engine::batch::{Arg, Call};
 
-/// Status of an `acquire.lua` reply (its first field).
+/// Status of an `acquire.lua` reply (its first field): `NOW`
+/// `{1, token, count}` and `EARLIER` `{2, token, count, pttl}` granted (by
+/// this send, or by an earlier one); `QUEUED` `{0, wait, position}` queued
+/// at `position` (0-based; -1 for a single try, which does not join), to
+/// look again within `wait` ms even without a message; `LOST`
+/// `{-1, count-on-server, 0}` the owner's holds were lost.
 pub(super) mod acquired {
-    /// `{1, token, count}`: granted by this call; the lease was set now.
-    pub(in crate::lock) const NOW: i64 = crate::engine::acquire::GRANTED_NOW;
-    /// `{2, token, count, pttl}`: granted earlier (a resend whose first
-    /// send landed); `pttl` is what is left of the lease.
-    pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
-    /// `{0, wait, position}`: queued at `position` (0-based; -1 for a
-    /// single try, which does not join); look again within `wait` ms even
-    /// without a message.
-    pub(in crate::lock) const QUEUED: i64 = crate::engine::acquire::NOT_NOW;
-    /// `{-1, count-on-server, 0}`: the server does not know the holds the
-    /// owner believes it has (they were lost).
-    pub(in crate::lock) const LOST: i64 = crate::engine::acquire::LOST;
+    pub(in crate::lock) use crate::engine::acquire::status::{
+        EARLIER, LOST, NOT_NOW as QUEUED, NOW,
+    };
 }
 
 /// One `acquire.lua` request: one more hold of `owner`, in arrival order.

@@ -9,19 +9,13 @@ use std::time::Duration;
 
 use crate::engine::batch::{Arg, Call};
 
-/// Status of an `acquire.lua` reply (its first field).
+/// Status of an `acquire.lua` reply (its first field): `NOW`
+/// `{1, token, count}` and `EARLIER` `{2, token, count, pttl}` granted (by
+/// this send, or by an earlier one with `pttl` left of the lease); `BUSY`
+/// `{0, pttl, 0}` held by another owner for `pttl` more milliseconds;
+/// anything else (`{-1, count-on-server, 0}`) the owner's holds were lost.
 pub(in crate::lock) mod acquired {
-    /// `{1, token, count}`: granted by this call; the lease was set now.
-    pub(in crate::lock) const NOW: i64 = crate::engine::acquire::GRANTED_NOW;
-    /// `{2, token, count, pttl}`: granted earlier (a resend whose first
-    /// send landed, or a grant left over from an attempt given up on); the
-    /// lease was set then, `pttl` is what is left of it.
-    pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
-    /// `{0, pttl, 0}`: held by another owner for `pttl` more milliseconds.
-    pub(in crate::lock) const BUSY: i64 = crate::engine::acquire::NOT_NOW;
-    // Anything else (`{-1, count-on-server, 0}`,
-    // `crate::engine::acquire::LOST`): the server does not know the holds
-    // the owner believes it has (they were lost).
+    pub(in crate::lock) use crate::engine::acquire::status::{EARLIER, NOT_NOW as BUSY, NOW};
 }
 
 /// One `acquire.lua` request: one more hold of `owner` on `key`.

@@ -9,20 +9,15 @@ use std::time::Duration;
 use super::Side;
 use crate::engine::batch::{Arg, Call};
 
-/// Status of an `acquire.lua` reply (its first field).
+/// Status of an `acquire.lua` reply (its first field): `NOW`
+/// `{1, token, count}` and `EARLIER` `{2, token, count, pttl}` granted (by
+/// this send, or by an earlier one); `BUSY` `{0, pttl, 0}` busy for `pttl`
+/// more milliseconds at most; `LOST` `{-1, count-on-server, 0}` the owner's
+/// holds were lost; `UPGRADE` `{-3, 0, 0}` a write hold asked by an owner
+/// holding read holds (an upgrade, which would deadlock).
 pub(super) mod acquired {
-    /// `{1, token, count}`: granted by this call; the lease was set now.
-    pub(in crate::lock) const NOW: i64 = crate::engine::acquire::GRANTED_NOW;
-    /// `{2, token, count, pttl}`: granted earlier (a resend whose first
-    /// send landed); `pttl` is what is left of the lease.
-    pub(in crate::lock) const EARLIER: i64 = crate::engine::acquire::GRANTED_EARLIER;
-    /// `{0, pttl, 0}`: busy for `pttl` more milliseconds at most.
-    pub(in crate::lock) const BUSY: i64 = crate::engine::acquire::NOT_NOW;
-    /// `{-1, count-on-server, 0}`: the server does not know the holds the
-    /// owner believes it has (they were lost).
-    pub(in crate::lock) const LOST: i64 = crate::engine::acquire::LOST;
-    /// `{-3, 0, 0}`: a write hold asked by an owner holding read holds (an
-    /// upgrade, which would deadlock).
+    pub(in crate::lock) use crate::engine::acquire::status::{EARLIER, LOST, NOT_NOW as BUSY, NOW};
+    /// See the module.
     pub(in crate::lock) const UPGRADE: i64 = -3;
 }
 
