@@ -13,6 +13,7 @@ mod ids;
 mod kinds;
 mod latch;
 mod list;
+mod redisson;
 mod redlock;
 mod run;
 mod semaphore;

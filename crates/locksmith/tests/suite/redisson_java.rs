@@ -564,7 +564,27 @@ async fn read_write_locks_share_readers_and_writers_wait_for_the_other_sides_rea
         .unwrap()
         .ok_value()
         .unwrap();
-    assert!(rw.try_write().await.unwrap().is_some());
+    let write = rw.try_write().await.unwrap().expect("free again");
+
+    // Unlocks of a missing hash, as each side expects them: Java forces the
+    // lock open under the Rust writer, whose release then answers NotHeld;
+    // Java's own unlocks of the missing hash raise
+    // IllegalMonitorStateException (Redisson 3.44 and later answer nil).
+    assert!(java
+        .call("forceunlock write rw")
+        .await
+        .unwrap()
+        .truth()
+        .unwrap());
+    let gone = write.release().await.unwrap_err();
+    assert_eq!(gone.kind(), locksmith::ErrorKind::NotHeld, "{gone}");
+    for kind in ["read", "write"] {
+        let answer = java.call(&format!("unlock {kind} rw 1")).await.unwrap();
+        assert!(
+            !answer.ok && answer.value.starts_with("IllegalMonitorStateException"),
+            "{kind}: {answer:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
