@@ -13,6 +13,7 @@ use crate::common::{eventually, Env};
 crate::on_every_topology!(
     waiters_are_granted_in_arrival_order_across_clients,
     a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time,
+    dead_locksmith_waiters_in_a_row_are_passed_after_their_patience,
     a_waiter_that_gives_up_leaves_at_once,
     reentrant_with_fencing_and_try_lock_does_not_queue,
     cancelled_waiters_leave_no_trace,
@@ -93,6 +94,61 @@ fn enqueue_dead_waiter(env: &Env, name: &str, owner: &str, ms: u64) {
     .arg(ms)
     .invoke(&mut env.node_for(name))
     .unwrap();
+}
+
+/// Two locksmith waiters die in line (their futures are never polled
+/// again nor dropped, so they neither refresh nor leave): the live waiter
+/// behind them gets the free lock once their patience ran out, not a queue
+/// step (5 minutes) later for the second: a purge of the first takes the
+/// step for it off the locksmith waiters behind.
+async fn dead_locksmith_waiters_in_a_row_are_passed_after_their_patience(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-in-a-row");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let mut dead = Vec::new();
+    for i in 0..2 {
+        let lock = client
+            .fair_lock(name.clone())
+            .unwrap()
+            .with_wait_timeout(Duration::from_millis(600))
+            .unwrap();
+        let mut wait = Box::pin(async move { lock.lock().await });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue_len(&client, &name).await < i + 1 {
+            // Polled until it is in line, then never again.
+            let _ = tokio::time::timeout(Duration::from_millis(20), &mut wait).await;
+            assert!(Instant::now() < deadline, "dead waiter {i} never queued");
+        }
+        dead.push(wait);
+    }
+    let live = client.fair_lock(name.clone()).unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = live.lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 3
+        })
+        .await
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, guard) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("granted once both dead waiters' patience ran out")
+        .unwrap();
+    let delay = granted - released;
+    assert!(delay < Duration::from_secs(6), "delayed {delay:?}");
+    guard.release().await.unwrap();
+    // The dead futures are never polled again; dropping them only now
+    // (after the test's point) lets them leave cleanly.
+    drop(dead);
 }
 
 async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {

@@ -1237,3 +1237,59 @@ async fn non_reentrant_locks_share_the_rlock_layout_and_refuse_reentry_on_both_s
     // After a release the same handle takes it again.
     lock.lock().await.unwrap().release().await.unwrap();
 }
+
+/// A Java waiter queued behind a locksmith waiter keeps its place when the
+/// holder keeps the lock longer than the locksmith waiter's patience: the
+/// locksmith grant takes a queue step off the Java waiter's time, but not
+/// down into the past (its time was counted from the locksmith waiter's
+/// short one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_behind_a_locksmith_waiter_keeps_its_place_through_a_long_hold() {
+    let (server, client, java) = both(&[]).await;
+    let mut admin = server.connection().unwrap();
+    let holder = client.fair_lock("long").unwrap().lock().await.unwrap();
+    let rust = client
+        .fair_lock("long")
+        .unwrap()
+        .with_wait_timeout(Duration::from_millis(900))
+        .unwrap();
+    let rust_waiter = tokio::spawn(async move {
+        let guard = rust.lock().await.unwrap();
+        guard.release().await.unwrap();
+    });
+    let queued = |admin: &mut redis::Connection| -> usize {
+        redis::cmd("LLEN")
+            .arg("redisson_lock_queue:{long}")
+            .query(admin)
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queued(&mut admin) < 1 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let java_waiter = java.send("lock fair long 7 -1").await.unwrap();
+    while queued(&mut admin) < 2 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Longer than the locksmith waiter's patience (it refreshes meanwhile).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    holder.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rust_waiter)
+        .await
+        .expect("the locksmith waiter is served first")
+        .unwrap();
+    let released = Instant::now();
+    let granted = RedissonPeer::answer(java_waiter, Duration::from_secs(10), "lock fair")
+        .await
+        .expect("the Java waiter kept its place and is woken");
+    granted.ok_value().unwrap();
+    let after = granted.at.saturating_duration_since(released);
+    assert!(after < WOKEN, "the Java waiter took {after:?}");
+    java.call("unlock fair long 7")
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+}

@@ -1,26 +1,26 @@
 -- Acquire fair locks, idempotently, in strict arrival order across clients.
 -- Takes a batch of independent requests (one or many).
 -- Per request i, in order:
---   KEYS  lock hash, queue list, timeout zset, fencing counter
+--   KEYS  lock hash, queue list, timeout zset, fencing counter, the set
+--         {NAME}:locksmith_waiters of locksmith's own waiters
 --   ARGV  lease in milliseconds, owner field, the hold count the owner
 --         believes it has before this acquire, how long (ms) the owner may
 --         stay queued without asking again before it counts as gone (0: a
 --         single try that does not join the queue), the queue step (ms):
 --         Redisson's fairLockWaitTimeout
 -- Give-up times follow Redisson's accounting, so Java waiters and ours
--- share one queue: every grant to a newcomer or to the head moves every
--- waiter's give-up time back by the step (Redisson moves them back by its
--- wait), so a waiter's time carries one step per waiter ahead of it.
+-- share one queue (see common.lua).
 -- Returns one reply per request: {1, token, count} granted by this call;
 -- {2, token, count, pttl} granted earlier (a resend whose reply was lost);
 -- {0, wait, position} queued (joined or still there, give-up time
 -- refreshed), at this 0-based position; wait is when to look again without
 -- a message, in ms: the holder's remaining lease, or while the lock is free
--- but an earlier waiter has not taken it, until that waiter counts as gone;
+-- but an earlier waiter has not taken it, until that waiter counts as gone
+-- (for a Redisson waiter, minutes: the caller's own re-check bounds it);
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count;
 -- {-2, error message} for a request that failed alone.
-local function acquire(key, queue, timeouts, token_key, lease, owner, expected, patience, step, now)
-    purge(queue, timeouts, now)
+local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expected, patience, step, now)
+    purge(queue, timeouts, ours, step, now)
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held ~= false then
@@ -36,8 +36,9 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
             redis.call('lpop', queue)
         end
         redis.call('zrem', timeouts, owner)
+        redis.call('srem', ours, owner)
         -- As Redisson's grant does: everyone left moves one place up.
-        step_back(timeouts, redis.call('zrange', timeouts, 0, -1), step)
+        step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
         return {1, token, 1}
@@ -55,6 +56,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
         position = redis.call('llen', queue) - 1
     end
     redis.call('zadd', timeouts, now + tonumber(patience) + position * tonumber(step), owner)
+    redis.call('sadd', ours, owner)
     local pttl = redis.call('pttl', key)
     if pttl == -2 then
         -- Free, but an earlier waiter's turn: look again when it counts as
@@ -68,7 +70,7 @@ local function acquire(key, queue, timeouts, token_key, lease, owner, expected, 
 end
 
 local now = now_ms()
-return each_request(4, 5, function(k, a)
-    return acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1],
-        ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], now)
+return each_request(5, 5, function(k, a)
+    return acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
+        ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], now)
 end)

@@ -30,6 +30,8 @@ pub(super) struct AcquireRequest {
     pub(super) timeouts: Arc<str>,
     /// The fencing counter.
     pub(super) token_key: Arc<str>,
+    /// locksmith's own queued owners, `{NAME}:locksmith_waiters`.
+    pub(super) ours: Arc<str>,
     /// The lease to set.
     pub(super) lease: Duration,
     /// The owner field, `<client-uuid>:<holder-id>`.
@@ -48,12 +50,13 @@ impl AcquireRequest {
     /// The request as the script reads it.
     pub(super) fn call(self) -> Call {
         Call::new(
-            4,
+            5,
             [
                 Arg::Text(self.key),
                 Arg::Text(self.queue),
                 Arg::Text(self.timeouts),
                 Arg::Text(self.token_key),
+                Arg::Text(self.ours),
                 Arg::Int(self.lease.as_millis() as u64),
                 Arg::Text(self.owner),
                 Arg::Int(u64::from(self.expected)),

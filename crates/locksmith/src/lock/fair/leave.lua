@@ -4,20 +4,23 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue list
 -- KEYS[3]  timeout zset
+-- KEYS[4]  the set of locksmith's own waiters (see common.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  release channel prefix redisson_lock__channel:{NAME}
 -- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- ARGV[4]  the queue step (ms, see acquire.lua): the waiters behind the
 --          one leaving move one place up, as Redisson's acquireFailed does
 -- Returns 1 when the owner was queued, 0 when it was not.
-local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local key, queue, timeouts, ours = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = now_ms()
 local position = redis.call('lpos', queue, ARGV[1])
 if position ~= false then
-    step_back(timeouts, redis.call('lrange', queue, position + 1, -1), ARGV[4])
+    step_back(timeouts, ours, redis.call('lrange', queue, position + 1, -1), ARGV[4], now)
 end
 local removed = redis.call('lrem', queue, 0, ARGV[1])
 redis.call('zrem', timeouts, ARGV[1])
-purge(queue, timeouts, now_ms())
+redis.call('srem', ours, ARGV[1])
+purge(queue, timeouts, ours, ARGV[4], now)
 if redis.call('exists', key) == 0 then
     wake_head(queue, ARGV[2], '0', ARGV[3])
 end

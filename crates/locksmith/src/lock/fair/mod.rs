@@ -13,13 +13,16 @@
 //! delays the queue by at most that timeout once it is at the head. Times
 //! come from the server's clock.
 //!
-//! Give-up times are kept in Redisson's accounting, so Java waiters and
-//! ours share one queue: a waiter's time carries one queue step
-//! (Redisson's `fairLockWaitTimeout`, [`FairLock::with_queue_step`]) per
-//! waiter ahead of it, and every grant from the queue, and every waiter
-//! that gives up, takes one step off those behind. (Without this, each
-//! Redisson grant, which takes 5 minutes off every waiter's time, made
-//! every locksmith waiter behind it look gone, and it lost its place.)
+//! Give-up times are kept so that Java waiters and ours share one queue:
+//! a locksmith waiter's time carries one queue step (Redisson's
+//! `fairLockWaitTimeout`, [`FairLock::with_queue_step`]) per waiter ahead
+//! of it, which Redisson's grants take off as they happen, and every waiter
+//! leaving the line ahead of it (a grant, a give-up, a purge) takes one
+//! step off again. locksmith's grants take a step off Redisson's waiters
+//! too, never below a step from now. The set `{NAME}:locksmith_waiters`
+//! tells locksmith's waiters from Redisson's. (Without this, each Redisson
+//! grant, which takes 5 minutes off every waiter's time, made every
+//! locksmith waiter behind it look gone, and it lost its place.)
 
 mod contract;
 
@@ -95,6 +98,9 @@ struct Shared {
     queue: Arc<str>,
     /// Waiting owners' give-up times.
     timeouts: Arc<str>,
+    /// Which of the queued owners are locksmith's (`{NAME}:locksmith_waiters`;
+    /// their give-up times are kept differently, see `common.lua`).
+    ours: Arc<str>,
     /// Fencing counter key.
     token_key: Arc<str>,
     /// The lock's release channel; each waiter listens on it plus
@@ -136,6 +142,7 @@ impl Client {
                 acquire: self.shared_batcher(&scripts::FAIR_ACQUIRE),
                 queue: keys::prefixed("redisson_lock_queue", &name).into(),
                 timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
+                ours: keys::suffixed(&name, "locksmith_waiters").into(),
                 token_key: crate::lock::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
                 keeper: std::sync::OnceLock::new(),
@@ -395,6 +402,7 @@ impl FairLock {
             queue: shared.queue.clone(),
             timeouts: shared.timeouts.clone(),
             token_key: shared.token_key.clone(),
+            ours: shared.ours.clone(),
             lease,
             owner: shared.owner.clone(),
             expected,
@@ -502,7 +510,12 @@ impl FairLock {
     async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;
-        let keys = [&*shared.name, &*shared.queue, &*shared.timeouts];
+        let keys = [
+            &*shared.name,
+            &*shared.queue,
+            &*shared.timeouts,
+            &*shared.ours,
+        ];
         let args = (
             self.lease().as_millis() as u64,
             &*shared.owner,
@@ -511,6 +524,7 @@ impl FairLock {
             client.notify_mode().code(),
             token,
             client.receipt_ttl_ms(),
+            self.queue_step.as_millis() as u64,
         );
         client.run_script(&scripts::FAIR_RELEASE, &keys, args).await
     }
@@ -519,7 +533,12 @@ impl FairLock {
     /// is free.
     async fn leave(&self) -> Result<()> {
         let shared = &self.shared;
-        let keys = [&*shared.name, &*shared.queue, &*shared.timeouts];
+        let keys = [
+            &*shared.name,
+            &*shared.queue,
+            &*shared.timeouts,
+            &*shared.ours,
+        ];
         let args = (
             &*shared.owner,
             &*shared.channel_prefix,
@@ -541,6 +560,7 @@ impl FairLock {
             (&*shared.queue, "list"),
             (&*shared.timeouts, "zset"),
             (&*shared.token_key, "string"),
+            (&*shared.ours, "set"),
         ];
         shared.client.name_wrong_key(err, &keys).await
     }
