@@ -349,3 +349,22 @@ async fn each_member_keeps_its_own_lease_in_one_script_call(env: Env) {
         .await
     );
 }
+
+/// A MultiLock over a non-reentrant lock the task already holds refuses,
+/// as that lock's own acquire does, and takes none of its members (the
+/// atomic path, all members on one node, and the path one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_over_a_held_non_reentrant_lock_refuses_reentry() {
+    let (_server, client) = crate::common::setup(Duration::from_secs(30)).await;
+    let single = client.non_reentrant_lock("nr-held").unwrap();
+    let guard = single.lock().await.unwrap();
+    let other = client.lock("nr-other").unwrap();
+    let multi = locksmith::MultiLock::new([single.clone().into(), other.clone().into()]).unwrap();
+    let err = multi.try_lock().await.unwrap_err();
+    assert_eq!(err.kind(), locksmith::ErrorKind::Reentry, "{err}");
+    assert!(!other.is_locked().await.unwrap(), "no member was taken");
+    assert_eq!(single.hold_count().await.unwrap(), 1, "still one hold");
+    guard.release().await.unwrap();
+    let both = multi.try_lock().await.unwrap().expect("free now");
+    both.release().await.unwrap();
+}

@@ -498,6 +498,17 @@ async fn attempt_together(
     {
         return Ok(Together::Busy(GATE_POLL));
     }
+    // A non-reentrant member already held refuses, as its own acquire does.
+    if let Some(lock) = locks
+        .iter()
+        .zip(&states)
+        .find(|(lock, state)| !lock.shared.reentrant && state.count > 0)
+        .map(|(lock, _)| lock)
+    {
+        return Err(Error::Reentry {
+            name: lock.shared.name.to_string(),
+        });
+    }
     let script = &*scripts::MULTI_ACQUIRE;
     let mut cmd = script.evalsha(2 * locks.len());
     for lock in &locks {
