@@ -70,7 +70,9 @@ impl Answer {
     }
 }
 
-type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;
+/// The requests waiting for their answers; `None` once the peer's output
+/// ended (nothing more will be answered).
+type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>>;
 
 /// A running Redisson peer (one `RedissonClient`). Killed on drop, and
 /// with the test process (it is spawned as the servers are).
@@ -136,34 +138,71 @@ impl RedissonPeer {
     /// No Java or Maven, a failed build, or a peer that could not connect
     /// (its `fatal` line is in the error).
     pub async fn start(args: &[&str]) -> io::Result<RedissonPeer> {
+        // For tests: quick to start and light on two shared cores (the
+        // basic JIT only, the serial collector).
+        Self::start_with(&["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"], args).await
+    }
+
+    /// As [`RedissonPeer::start`], with the JVM's own defaults (the
+    /// optimising JIT, the default collector): for measuring Redisson.
+    ///
+    /// # Errors
+    /// As [`RedissonPeer::start`].
+    pub async fn start_for_bench(args: &[&str]) -> io::Result<RedissonPeer> {
+        Self::start_with(&[], args).await
+    }
+
+    async fn start_with(jvm: &[&str], args: &[&str]) -> io::Result<RedissonPeer> {
         let jar = tokio::task::spawn_blocking(jar)
             .await
             .map_err(io::Error::other)??;
-        let mut java_args: Vec<String> = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar"]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
+        let mut java_args: Vec<String> = jvm.iter().map(|a| a.to_string()).collect();
+        java_args.push("-jar".to_owned());
         java_args.push(jar.display().to_string());
         java_args.extend(args.iter().map(|a| a.to_string()));
         let mut child = crate::process::spawn_guarded("java", &java_args, |cmd| {
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null());
+                .stderr(Stdio::piped());
         })?;
+        // The last lines the JVM wrote on stderr, for an error at start.
+        let stderr_tail: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
+        if let Some(stderr) = child.stderr.take() {
+            let tail = stderr_tail.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if tail.len() == 20 {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+            });
+        }
         let stdin = ChildStdin::from_std(child.stdin.take().expect("piped stdin"))?;
         let stdout = ChildStdout::from_std(child.stdout.take().expect("piped stdout"))?;
         let mut lines = BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .map_err(|_| io::Error::other("the Redisson peer did not say ready within 60 s"))??
-            .unwrap_or_default();
-        let Some(version) = first.strip_prefix("ready ") else {
-            return Err(io::Error::other(format!(
-                "the Redisson peer did not start: {first:?}"
-            )));
+        let first = match tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
+            Ok(Ok(line)) => line.unwrap_or_default(),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => String::from("nothing within 60 s"),
         };
-        let version = version.trim().to_owned();
-        let waiting: Waiting = Arc::default();
+        if !first.starts_with("ready ") {
+            // Give the stderr reader a moment to catch the JVM's last words.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+            let tail: Vec<&str> = tail.iter().map(String::as_str).collect();
+            return Err(io::Error::other(format!(
+                "the Redisson peer did not start: it said {first:?}; stderr: {}",
+                tail.join(" | ")
+            )));
+        }
+        let version = first["ready ".len()..].trim().to_owned();
+        let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
         let dispatch = waiting.clone();
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
@@ -181,13 +220,15 @@ impl RedissonPeer {
                 let sender = dispatch
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
+                    .as_mut()
+                    .and_then(|waiting| waiting.remove(&id));
                 if let Some(sender) = sender {
                     let _ = sender.send(answer);
                 }
             }
-            // The peer ended: every request still waiting fails.
-            dispatch.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            // The peer ended: every request still waiting fails, and so
+            // does every later one.
+            *dispatch.lock().unwrap_or_else(|e| e.into_inner()) = None;
         });
         let mut peer = RedissonPeer {
             stdin: tokio::sync::Mutex::new(stdin),
@@ -224,10 +265,19 @@ impl RedissonPeer {
     pub async fn send(&self, request: &str) -> io::Result<oneshot::Receiver<Answer>> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.waiting
+        match self
+            .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tx);
+            .as_mut()
+        {
+            Some(waiting) => waiting.insert(id, tx),
+            None => {
+                return Err(io::Error::other(format!(
+                    "the Redisson peer has ended; {request:?} cannot be sent"
+                )))
+            }
+        };
         let mut stdin = self.stdin.lock().await;
         stdin
             .write_all(format!("{id} {request}\n").as_bytes())

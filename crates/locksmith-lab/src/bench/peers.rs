@@ -140,9 +140,11 @@ impl Bench {
     /// in the Redisson peer's JVM (see the module docs).
     async fn redisson_java(&self) -> Result<(Vec<Phase>, JvmHandoff), String> {
         let pool = (self.args.tasks + 8).to_string();
-        let peer = locksmith_testkit::RedissonPeer::start(&["--url", &self.url, "--pool", &pool])
-            .await
-            .map_err(|e| e.to_string())?;
+        let peer = locksmith_testkit::RedissonPeer::start_for_bench(&[
+            "--url", &self.url, "--pool", &pool,
+        ])
+        .await
+        .map_err(|e| e.to_string())?;
         let version = peer.version().to_owned();
         let duration = self.args.duration;
         let warmup = JVM_WARMUP.min(duration * 2);

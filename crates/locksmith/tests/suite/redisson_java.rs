@@ -22,9 +22,12 @@ const HANDOFF: Duration = Duration::from_millis(100);
 /// URL).
 async fn both(peer_args: &[&str]) -> (RedisServer, Client, RedissonPeer) {
     let server = RedisServer::start().expect("start redis-server");
+    // No periodic re-check within a test (a minute): a waiter woken within
+    // seconds was woken by the other side's message.
     let client = Client::builder(server.url())
         .lease(LEASE)
         .command_timeout(Duration::from_secs(2))
+        .recheck_interval(Duration::from_secs(60))
         .build()
         .await
         .expect("connect");
@@ -149,16 +152,9 @@ async fn rlock_holds_block_the_other_side_and_count_reentry_on_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlock_waiters_are_woken_by_the_other_sides_unlock() {
-    let (server, _client, java) = both(&[]).await;
-    // No periodic re-check within the test (a minute), and 30 s leases on
-    // both sides: a waiter granted within seconds was woken by the other
-    // side's release message.
-    let client = Client::builder(server.url())
-        .lease(LEASE)
-        .recheck_interval(Duration::from_secs(60))
-        .build()
-        .await
-        .unwrap();
+    // 30 s leases on both sides and no re-check (see `both`): a waiter
+    // granted within seconds was woken by the other side's release message.
+    let (_server, client, java) = both(&[]).await;
     let lock = client.lock("handoff").unwrap();
     let (mut to_rust, mut to_java) = (Vec::new(), Vec::new());
     for round in 0..5 {
@@ -231,13 +227,13 @@ async fn rlock_waiters_are_woken_by_the_other_sides_unlock() {
 async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
     let server = RedisServer::start().expect("start redis-server");
     let client = Client::builder(server.url())
-        .lease(Duration::from_secs(1))
+        .lease(Duration::from_secs(2))
         .command_timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
     let url = server.url();
-    let java = RedissonPeer::start(&["--url", &url, "--watchdog-ms", "1000"])
+    let java = RedissonPeer::start(&["--url", &url, "--watchdog-ms", "2000"])
         .await
         .unwrap();
     java.call("lock lock java-held 1 -1")
@@ -247,12 +243,12 @@ async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
         .unwrap();
     let rust_lock = client.lock("rust-held").unwrap();
     let guard = rust_lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(Duration::from_millis(6500)).await;
     let java_lock = client.lock("java-held").unwrap();
     assert_eq!(
         java_lock.info().await.unwrap().holders,
         vec![(java.owner(1), 1)],
-        "Java's watchdog kept its hold past three 1 s leases"
+        "Java's watchdog kept its hold past three 2 s leases"
     );
     assert!(!guard.is_lost());
     assert!(
@@ -262,7 +258,7 @@ async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
             .unwrap()
             .truth()
             .unwrap(),
-        "Rust's watchdog kept its hold past three 1 s leases"
+        "Rust's watchdog kept its hold past three 2 s leases"
     );
     guard.release().await.unwrap();
     java.call("unlock lock java-held 1")
@@ -381,7 +377,11 @@ async fn fair_lock_waiters_of_both_sides_are_served_in_queue_order() {
                 (granted.at, label)
             })
         } else {
-            let fair = client.fair_lock("fair").unwrap();
+            let fair = client
+                .fair_lock("fair")
+                .unwrap()
+                .with_wait_timeout(Duration::from_secs(60))
+                .unwrap();
             tokio::spawn(async move {
                 let guard = fair.lock().await.unwrap();
                 let at = Instant::now();
@@ -448,7 +448,11 @@ async fn a_fair_waiter_giving_up_on_one_side_does_not_stall_the_other() {
     let quitter = java.send("trylock fair quitter 1 300 -1").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let behind = {
-        let fair = client.fair_lock("quitter").unwrap();
+        let fair = client
+            .fair_lock("quitter")
+            .unwrap()
+            .with_wait_timeout(Duration::from_secs(60))
+            .unwrap();
         tokio::spawn(async move { fair.lock().await.unwrap() })
     };
     let gave_up = RedissonPeer::answer(quitter, Duration::from_secs(5), "trylock").await;
@@ -929,7 +933,12 @@ async fn every_primitive_hands_off_both_ways_on_a_cluster() {
         // cover that pairing.
         return;
     }
-    let client = env.client(LEASE).await;
+    let client = env
+        .builder(LEASE)
+        .recheck_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
     let nodes: Vec<String> = env
         .url
         .trim_start_matches("redis+cluster://")
@@ -973,7 +982,11 @@ async fn every_primitive_hands_off_both_ways_on_a_cluster() {
 
     // Fair lock.
     let name = env.name("cl-fair");
-    let fair = client.fair_lock(name.clone()).unwrap();
+    let fair = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .with_wait_timeout(Duration::from_secs(60))
+        .unwrap();
     java.call(&format!("lock fair {name} 1 -1"))
         .await
         .unwrap()
@@ -1108,12 +1121,12 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
     let server = RedisServer::start().expect("start redis-server");
     let short = |server: &RedisServer| {
         Client::builder(server.url())
-            .lease(Duration::from_secs(1))
+            .lease(Duration::from_secs(2))
             .command_timeout(Duration::from_secs(2))
             .build()
     };
     let url = server.url();
-    let peer_args = ["--url", url.as_str(), "--watchdog-ms", "1000"];
+    let peer_args = ["--url", url.as_str(), "--watchdog-ms", "2000"];
 
     // A Java reader dies; a Rust reader renews for three of its leases.
     let client = short(&server).await.unwrap();
@@ -1127,7 +1140,7 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .unwrap();
     let read = rw.read().await.unwrap();
     drop(dying); // killed: no unlock, its watchdog gone with it
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(Duration::from_millis(6500)).await;
     assert!(!read.is_lost(), "the live Rust reader kept its hold");
     read.release().await.unwrap();
     let writer = client.read_write_lock("zombie-java").unwrap();
@@ -1154,7 +1167,7 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .unwrap();
     std::mem::forget(held); // never released
     dying.close().await.expect("closed");
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(Duration::from_millis(6500)).await;
     assert!(
         java.call("held read zombie-rust 1")
             .await

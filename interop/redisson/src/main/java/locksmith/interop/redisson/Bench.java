@@ -63,7 +63,7 @@ final class Bench {
                 .thenCompose(v -> lock.unlockAsync(thread))
                 .whenComplete((v, e) -> {
                     if (e != null) {
-                        end.completeExceptionally(e);
+                        fail(lock, thread, window, end, e);
                         return;
                     }
                     window.count();
@@ -136,7 +136,7 @@ final class Bench {
                 .thenCompose(v -> lock.unlockAsync(thread))
                 .whenComplete((v, e) -> {
                     if (e != null) {
-                        end.completeExceptionally(e);
+                        fail(lock, thread, window, end, e);
                         return;
                     }
                     all.incrementAndGet();
@@ -189,11 +189,31 @@ final class Bench {
         }, blocking);
     }
 
+    /**
+     * Ends a loop that failed: gives back the lock if this thread id still
+     * holds it (a failure after the lock was taken would otherwise keep every
+     * other loop waiting while the watchdog renews it), stops the other
+     * loops at once, and fails the run with the error.
+     */
+    private static void fail(RLock lock, long thread, Window window,
+            CompletableFuture<Void> end, Throwable e) {
+        window.stop();
+        lock.isHeldByThreadAsync(thread)
+                .thenCompose(held -> {
+                    if (Boolean.TRUE.equals(held)) {
+                        return lock.unlockAsync(thread);
+                    }
+                    return CompletableFuture.<Void>completedFuture(null);
+                })
+                .whenComplete((x, ignored) -> end.completeExceptionally(e));
+    }
+
     /** The warm-up and the timed window after it. */
     private static final class Window {
         private final long start = System.nanoTime();
         private final long timedFrom;
         private final long end;
+        private volatile boolean stopped;
         final AtomicLong ops = new AtomicLong();
 
         Window(long warmupMs, long durationMs) {
@@ -202,7 +222,11 @@ final class Bench {
         }
 
         boolean over() {
-            return System.nanoTime() >= end;
+            return stopped || System.nanoTime() >= end;
+        }
+
+        void stop() {
+            stopped = true;
         }
 
         boolean timed(long at) {
