@@ -1076,6 +1076,63 @@ async fn every_primitive_hands_off_both_ways_on_a_cluster() {
     permit.release().await.unwrap();
     java_woken(waiting, released, "semaphore, Rust -> Java").await;
 
+    // Permit-expirable semaphore of one permit: a Java permit released by
+    // id lets a Rust waiter in, and the reverse.
+    let name = env.name("cl-psem");
+    let psem = client.expirable_semaphore(name.clone()).unwrap();
+    assert!(psem.try_set_permits(1).await.unwrap());
+    let id = java
+        .call(&format!("psem-acquire {name} -1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap()
+        .to_owned();
+    let waiter = {
+        let psem = psem.clone();
+        tokio::spawn(async move { psem.acquire().await.unwrap() })
+    };
+    settle().await;
+    let released = Instant::now();
+    java.call(&format!("psem-release {name} {id}"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let permit = rust_woken(waiter, released, "permit semaphore, Java -> Rust").await;
+    let waiting = java.send(&format!("psem-acquire {name} -1")).await.unwrap();
+    settle().await;
+    let released = Instant::now();
+    permit.release().await.unwrap();
+    let id = java_woken(waiting, released, "permit semaphore, Rust -> Java").await;
+    java.call(&format!("psem-release {name} {id}"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+
+    // Non-reentrant lock.
+    let name = env.name("cl-single");
+    let single = client.non_reentrant_lock(name.clone()).unwrap();
+    java.call(&format!("lock nonreentrant {name} 1 -1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let waiter = {
+        let single = single.clone();
+        tokio::spawn(async move { single.lock().await.unwrap() })
+    };
+    settle().await;
+    let unlocked = Instant::now();
+    java.call(&format!("unlock nonreentrant {name} 1"))
+        .await
+        .unwrap()
+        .ok_value()
+        .unwrap();
+    let guard = rust_woken(waiter, unlocked, "non-reentrant lock, Java -> Rust").await;
+    guard.release().await.unwrap();
+
     // Count-down latch.
     let name = env.name("cl-latch");
     assert!(java
