@@ -17,13 +17,16 @@ fn holds_on_the_nodes_while_the_command_runs_and_excludes_others() {
     let first = nodes.iter().next().unwrap();
     let holder = locksmith(first)
         .args(["run", "--lock", "nightly", "--redlock", &list, "--"])
-        .args(["sh", "-c", "echo \"$LOCKSMITH_FENCING_TOKEN\"; sleep 2"])
+        .args(["sh", "-c", "echo \"$LOCKSMITH_FENCING_TOKEN\"; sleep 3"])
         .spawn()
         .unwrap();
     let started = Instant::now();
+    // Held on a majority, which is what Redlock grants on: on a loaded
+    // machine one node's answer can miss the node timeout, and the grant
+    // goes ahead on the other two.
     wait_until(
-        || nodes.iter().all(|n| is_locked(n, "nightly")),
-        "held on all three nodes",
+        || nodes.iter().filter(|n| is_locked(n, "nightly")).count() >= 2,
+        "held on a majority of the three nodes",
     );
     let busy = run(
         first,
