@@ -173,6 +173,14 @@ pub struct FairLockInfo {
 /// `fair_info.lua`'s answer: holders, PTTL, fencing counter, queue.
 type FairInfoReply = (Vec<(String, String)>, i64, Option<u64>, Vec<String>);
 
+impl Shared {
+    /// The keys of the release and leave scripts: the lock hash, the
+    /// queue, the give-up times and locksmith's own waiters.
+    fn queue_keys(&self) -> [&str; 4] {
+        [&self.name, &self.queue, &self.timeouts, &self.ours]
+    }
+}
+
 /// Outcome of one acquire attempt.
 enum Attempt {
     /// Granted.
@@ -510,12 +518,7 @@ impl FairLock {
     async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;
-        let keys = [
-            &*shared.name,
-            &*shared.queue,
-            &*shared.timeouts,
-            &*shared.ours,
-        ];
+        let keys = shared.queue_keys();
         let args = (
             self.lease().as_millis() as u64,
             &*shared.owner,
@@ -533,12 +536,7 @@ impl FairLock {
     /// is free.
     async fn leave(&self) -> Result<()> {
         let shared = &self.shared;
-        let keys = [
-            &*shared.name,
-            &*shared.queue,
-            &*shared.timeouts,
-            &*shared.ours,
-        ];
+        let keys = shared.queue_keys();
         let args = (
             &*shared.owner,
             &*shared.channel_prefix,
