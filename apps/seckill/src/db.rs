@@ -723,6 +723,11 @@ impl Db {
         self.pool.num_idle()
     }
 
+    /// Pooled connections open right now, idle or in use.
+    pub fn open_connections(&self) -> usize {
+        self.pool.size() as usize
+    }
+
     /// Closes the pool, waiting for connections in use.
     pub async fn close(&self) {
         self.pool.close().await;

@@ -157,7 +157,13 @@ async fn a_cluster_is_scanned_on_every_primary() {
         .unwrap()
         .unwrap();
     let url = format!("redis+cluster://{}", cluster.addrs().join(","));
-    let client = Client::open(&url).await.unwrap();
+    // No replica acknowledgement: this is about listing, and on a loaded
+    // machine a replica's WAIT can time out (NotReplicated).
+    let client = Client::builder(&url)
+        .replica_acks(0, Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     // Names in different slots, so on different primaries.
     let names: Vec<String> = (0..6).map(|i| format!("c:lock:{i}")).collect();
     let mut guards = Vec::new();
