@@ -66,7 +66,7 @@ fn is_part(key: &str) -> bool {
     .any(|p| key.starts_with(p))
         || key.contains(":rwlock_timeout")
         || key.ends_with(":locksmith_writers")
-        || key.ends_with(":locksmith_waiters")
+        || key.ends_with(":locksmith_give_up")
         || key.contains(":locksmith_released:")
 }
 

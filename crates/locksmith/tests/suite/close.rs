@@ -155,7 +155,7 @@ async fn close_ends_every_wait_with_closed_and_leaves_no_queue_entry_or_claim() 
         assert!(
             !key.contains("redisson_lock_queue")
                 && !key.contains("redisson_lock_timeout")
-                && !key.contains("locksmith_waiters"),
+                && !key.contains("locksmith_give_up"),
             "a fair queue entry is left: {left:?}"
         );
     }

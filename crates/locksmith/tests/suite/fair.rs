@@ -18,6 +18,7 @@ crate::on_every_topology!(
     reentrant_with_fencing_and_try_lock_does_not_queue,
     cancelled_waiters_leave_no_trace,
     a_redisson_waiter_shares_the_queue,
+    a_redisson_client_alone_passes_a_dead_locksmith_head_after_its_patience,
 );
 
 async fn queue_len(client: &Client, name: &str) -> usize {
@@ -99,8 +100,9 @@ fn enqueue_dead_waiter(env: &Env, name: &str, owner: &str, ms: u64) {
 /// Two locksmith waiters die in line (their futures are never polled
 /// again nor dropped, so they neither refresh nor leave): the live waiter
 /// behind them gets the free lock once their patience ran out, not a queue
-/// step (5 minutes) later for the second: a purge of the first takes the
-/// step for it off the locksmith waiters behind.
+/// step (5 minutes) later for the second, whose time in Redisson's zset
+/// carries a step for the first: locksmith reads its waiters' own give-up
+/// times.
 async fn dead_locksmith_waiters_in_a_row_are_passed_after_their_patience(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("dead-in-a-row");
@@ -407,6 +409,78 @@ if nextThreadId ~= false then redis.call(ARGV[4], KEYS[4] .. ':' .. nextThreadId
 return 1;
 "#;
 
+/// One Redisson fair `tryLock` (with a wait, 5 minutes'
+/// `fairLockWaitTimeout`) by `owner` on `node`: `None` granted, else the
+/// ttl to wait (queued).
+fn java_fair_try(node: &redis::Client, name: &str, owner: &str) -> Option<i64> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    Script::new(JAVA_FAIR_ACQUIRE)
+        .key(name)
+        .key(format!("redisson_lock_queue:{{{name}}}"))
+        .key(format!("redisson_lock_timeout:{{{name}}}"))
+        .arg(30_000)
+        .arg(owner)
+        .arg(300_000)
+        .arg(now_ms)
+        .invoke(&mut node.get_connection().unwrap())
+        .unwrap()
+}
+
+/// A locksmith waiter dies second in line, while every waiter is
+/// locksmith's (so no grant walks the queue, and its time in Redisson's
+/// zset still carries a queue step for the waiter ahead). The one ahead is
+/// granted and releases; once the dead waiter's patience ran out, a
+/// Redisson client, which reads only Redisson's zset, passes it and takes
+/// the lock, instead of waiting for the step (5 minutes).
+async fn a_redisson_client_alone_passes_a_dead_locksmith_head_after_its_patience(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-head-java");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let live = client.fair_lock(name.clone()).unwrap();
+    let first = tokio::spawn(async move { live.lock().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 1
+        })
+        .await
+    );
+    let dead = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .with_wait_timeout(Duration::from_millis(600))
+        .unwrap();
+    let mut dead = Box::pin(async move { dead.lock().await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue_len(&client, &name).await < 2 {
+        // Polled until it is in line, then never again.
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut dead).await;
+        assert!(Instant::now() < deadline, "the dead waiter never queued");
+    }
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the first waiter is granted")
+        .unwrap();
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:92";
+    assert_eq!(
+        java_fair_try(&node, &name, java),
+        None,
+        "the Redisson client passed the dead locksmith waiter"
+    );
+    drop(dead);
+}
+
 async fn a_redisson_waiter_shares_the_queue(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
     let name = env.name("shared-fair");
@@ -419,33 +493,7 @@ async fn a_redisson_waiter_shares_the_queue(env: Env) {
     let publish = if sharded { "spublish" } else { "publish" };
     let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let java_owner = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:91".to_owned();
-    let now_ms = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-    };
-    let java_try = {
-        let (name, queue, timeouts, owner, node) = (
-            name.clone(),
-            queue.clone(),
-            timeouts.clone(),
-            java_owner.clone(),
-            node.clone(),
-        );
-        move || -> Option<i64> {
-            Script::new(JAVA_FAIR_ACQUIRE)
-                .key(&name)
-                .key(&queue)
-                .key(&timeouts)
-                .arg(30_000)
-                .arg(&owner)
-                .arg(300_000)
-                .arg(now_ms())
-                .invoke(&mut node.get_connection().unwrap())
-                .unwrap()
-        }
-    };
+    let java_try = || java_fair_try(&node, &name, &java_owner);
 
     // We hold; Java queues behind us, subscribed on its own channel; our
     // release wakes it (and only it).

@@ -1,8 +1,8 @@
 -- Acquire fair locks, idempotently, in strict arrival order across clients.
 -- Takes a batch of independent requests (one or many).
 -- Per request i, in order:
---   KEYS  lock hash, queue list, timeout zset, fencing counter, the set
---         {NAME}:locksmith_waiters of locksmith's own waiters
+--   KEYS  lock hash, queue list, timeout zset, fencing counter, the zset
+--         {NAME}:locksmith_give_up of locksmith's own waiters' give-up times
 --   ARGV  lease in milliseconds, owner field, the hold count the owner
 --         believes it has before this acquire, how long (ms) the owner may
 --         stay queued without asking again before it counts as gone (0: a
@@ -20,7 +20,7 @@
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count;
 -- {-2, error message} for a request that failed alone.
 local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expected, patience, step, now)
-    purge(queue, timeouts, ours, step, now)
+    purge(queue, timeouts, ours, now)
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held ~= false then
@@ -34,11 +34,15 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
         local token = next_token(token_key)
         if head == owner then
             redis.call('lpop', queue)
+            redis.call('zrem', timeouts, owner)
+            redis.call('zrem', ours, owner)
+            -- As Redisson's grant does: everyone left moves one place up.
+            if mixed(timeouts, ours, now) then
+                step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
+            else
+                head_is_due(queue, timeouts, ours)
+            end
         end
-        redis.call('zrem', timeouts, owner)
-        redis.call('srem', ours, owner)
-        -- As Redisson's grant does: everyone left moves one place up.
-        step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
         return {1, token, 1}
@@ -48,20 +52,24 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
         return {0, math.max(0, redis.call('pttl', key)), -1}
     end
     -- Busy: join the queue, or stay in it with a fresh give-up time: the
-    -- patience from now, plus one step per waiter ahead (each grant ahead
-    -- takes one step off, ours and Redisson's alike).
+    -- patience from now, and in the timeout zset one step more per waiter
+    -- ahead (see common.lua).
     local position = redis.call('lpos', queue, owner)
     if position == false then
         redis.call('rpush', queue, owner)
         position = redis.call('llen', queue) - 1
     end
-    redis.call('zadd', timeouts, now + tonumber(patience) + position * tonumber(step), owner)
-    redis.call('sadd', ours, owner)
+    patience = tonumber(patience)
+    redis.call('zadd', timeouts, now + patience + position * tonumber(step), owner)
+    redis.call('zadd', ours, now + patience, owner)
+    if redis.call('pttl', ours) < patience then
+        redis.call('pexpire', ours, patience)
+    end
     local pttl = redis.call('pttl', key)
     if pttl == -2 then
         -- Free, but an earlier waiter's turn: look again when it counts as
         -- gone if it does not take the lock.
-        local head_give_up = redis.call('zscore', timeouts, head)
+        local head_give_up = redis.call('zscore', ours, head) or redis.call('zscore', timeouts, head)
         pttl = head_give_up and math.max(0, tonumber(head_give_up) - now) or 0
     elseif pttl == -1 then
         pttl = 100

@@ -13,60 +13,110 @@ end
 
 -- Give-up times, shared with Redisson. Redisson's waiters never refresh
 -- theirs: a joiner gets the last waiter's time plus Redisson's wait
--- (fairLockWaitTimeout), and each Redisson grant takes that wait off every
--- waiter. locksmith's waiters (listed in the set `ours`,
--- {NAME}:locksmith_waiters, which Redisson does not read) refresh theirs,
--- and set them to the patience from now plus one queue step per waiter
--- ahead, so Redisson's grants ahead of them never make them look gone; each
--- waiter that leaves the line ahead of them (a grant, a give-up, a purge)
--- takes that step off again, so a locksmith waiter that died is passed
--- once its patience ran out at the head.
+-- (fairLockWaitTimeout), and each Redisson grant, and each Redisson waiter
+-- that gives up, takes that wait off every waiter behind. So in the
+-- timeout zset a locksmith waiter's time is the patience from now plus one
+-- queue step per waiter ahead (refreshed while it lives): Redisson's
+-- grants ahead never make it look gone, and a Redisson waiter joining
+-- behind it gets a time that counts every waiter ahead.
+-- Its own give-up time, the patience from its last refresh, is kept in
+-- the zset `ours` ({NAME}:locksmith_give_up, which Redisson does not read;
+-- it expires with the longest patience of its waiters), and that is what
+-- locksmith's purge reads: a locksmith waiter that died is passed once its
+-- patience ran out, whatever its place was.
+-- While every queued waiter is locksmith's, nothing reads the steps, so a
+-- grant or a give-up walks nothing; with Redisson waiters in line, each
+-- one leaving takes a step off the waiters behind it, as Redisson does.
 
--- Takes one step off each waiter in `waiters`, as one ahead of them left the
--- line by a grant or a give-up: locksmith's lose the step their time carried
--- for it; Redisson's lose it too, as Redisson's own grants take it off, but
--- never down below `now + step` (their time was counted from the waiter
--- ahead, whose own may have been only a locksmith waiter's short patience).
+-- True when some queued waiter is Redisson's (has a give-up time in the
+-- timeout zset and none of locksmith's own). Entries of `ours` whose time
+-- passed go first: such a waiter may have been taken out of the queue by
+-- a Redisson client's purge, which does not read `ours`.
+local function mixed(timeouts, ours, now)
+    redis.call('zremrangebyscore', ours, '-inf', now)
+    return redis.call('zcard', timeouts) > redis.call('zcard', ours)
+end
+
+-- Takes one step off the give-up time of each waiter in `waiters`, as one
+-- ahead of them left the line (a grant or a give-up), in one ZADD:
+-- locksmith's lose the step their time carried for it; Redisson's lose it
+-- too, as Redisson's own grants take it off, but never down below
+-- `now + step` (their time was counted from the waiter ahead, whose own
+-- may have been only a locksmith waiter's short patience).
 local function step_back(timeouts, ours, waiters, step, now)
+    if #waiters == 0 then
+        return
+    end
     step = tonumber(step)
+    local scores = {}
+    local flat = redis.call('zrange', timeouts, 0, -1, 'withscores')
+    for i = 1, #flat, 2 do
+        scores[flat[i]] = tonumber(flat[i + 1])
+    end
+    local mine = {}
+    for _, owner in ipairs(redis.call('zrange', ours, 0, -1)) do
+        mine[owner] = true
+    end
+    local args = {}
     for _, waiter in ipairs(waiters) do
-        local score = redis.call('zscore', timeouts, waiter)
-        if score ~= false then
-            score = tonumber(score)
-            if redis.call('sismember', ours, waiter) == 1 then
-                redis.call('zadd', timeouts, score - step, waiter)
+        local score = scores[waiter]
+        if score ~= nil then
+            if mine[waiter] then
+                score = score - step
             else
-                redis.call('zadd', timeouts, math.max(score - step, math.min(score, now + step)), waiter)
+                score = math.max(score - step, math.min(score, now + step))
             end
+            args[#args + 1] = score
+            args[#args + 1] = waiter
+            if #args >= 1000 then
+                redis.call('zadd', timeouts, unpack(args))
+                args = {}
+            end
+        end
+    end
+    if #args > 0 then
+        redis.call('zadd', timeouts, unpack(args))
+    end
+end
+
+-- With only locksmith waiters in line, nothing walks the queue, so the
+-- waiter now at its head may still carry steps for waiters that were
+-- ahead of it: Redisson's time for it becomes its own (nobody is ahead of
+-- it for a step to count), so a Redisson client passes it after its
+-- patience if it died.
+local function head_is_due(queue, timeouts, ours)
+    local head = redis.call('lindex', queue, 0)
+    if head ~= false then
+        local own = redis.call('zscore', ours, head)
+        if own ~= false then
+            redis.call('zadd', timeouts, own, head)
         end
     end
 end
 
 -- Drops waiters at the head of the queue whose give-up time has passed
--- (they died or gave up without leaving), as Redisson does; each one
--- dropped takes one step off locksmith's waiters behind it (Redisson's are
--- left as Redisson leaves them). Members of `ours` no longer queued (taken
--- out by a Redisson client) are forgotten.
-local function purge(queue, timeouts, ours, step, now)
+-- (they died or gave up without leaving), as Redisson does: a locksmith
+-- waiter's own time from `ours`, a Redisson waiter's from the timeout
+-- zset. A locksmith waiter left at the head gets its own time in the
+-- timeout zset too (see head_is_due).
+local function purge(queue, timeouts, ours, now)
+    local dropped = false
     while true do
         local head = redis.call('lindex', queue, 0)
         if head == false then
-            redis.call('del', ours)
             return
         end
-        local give_up = redis.call('zscore', timeouts, head)
+        local own = redis.call('zscore', ours, head)
+        local give_up = own or redis.call('zscore', timeouts, head)
         if give_up ~= false and tonumber(give_up) <= now then
             redis.call('zrem', timeouts, head)
+            redis.call('zrem', ours, head)
             redis.call('lpop', queue)
-            redis.call('srem', ours, head)
-            for _, waiter in ipairs(redis.call('smembers', ours)) do
-                if redis.call('zscore', timeouts, waiter) ~= false then
-                    redis.call('zincrby', timeouts, -tonumber(step), waiter)
-                else
-                    redis.call('srem', ours, waiter)
-                end
-            end
+            dropped = true
         else
+            if dropped and own ~= false then
+                redis.call('zadd', timeouts, own, head)
+            end
             return
         end
     end
@@ -80,4 +130,3 @@ local function wake_head(queue, prefix, message, mode)
         announce(prefix .. ':' .. head, message, mode)
     end
 end
-

@@ -30,7 +30,8 @@ pub(super) struct AcquireRequest {
     pub(super) timeouts: Arc<str>,
     /// The fencing counter.
     pub(super) token_key: Arc<str>,
-    /// locksmith's own queued owners, `{NAME}:locksmith_waiters`.
+    /// locksmith's own queued owners' give-up times,
+    /// `{NAME}:locksmith_give_up`.
     pub(super) ours: Arc<str>,
     /// The lease to set.
     pub(super) lease: Duration,

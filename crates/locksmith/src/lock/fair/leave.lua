@@ -4,24 +4,29 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue list
 -- KEYS[3]  timeout zset
--- KEYS[4]  the set of locksmith's own waiters (see common.lua)
+-- KEYS[4]  locksmith's own waiters' give-up times (see common.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  release channel prefix redisson_lock__channel:{NAME}
 -- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- ARGV[4]  the queue step (ms, see acquire.lua): the waiters behind the
---          one leaving move one place up, as Redisson's acquireFailed does
+-- ARGV[4]  the queue step (ms, see acquire.lua): with Redisson waiters in
+--          line, the waiters behind the one leaving move one place up, as
+--          Redisson's acquireFailed does
 -- Returns 1 when the owner was queued, 0 when it was not.
 local key, queue, timeouts, ours = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 local position = redis.call('lpos', queue, ARGV[1])
-if position ~= false then
-    step_back(timeouts, ours, redis.call('lrange', queue, position + 1, -1), ARGV[4], now)
-end
-local removed = redis.call('lrem', queue, 0, ARGV[1])
 redis.call('zrem', timeouts, ARGV[1])
-redis.call('srem', ours, ARGV[1])
-purge(queue, timeouts, ours, ARGV[4], now)
+redis.call('zrem', ours, ARGV[1])
+if position ~= false then
+    redis.call('lrem', queue, 0, ARGV[1])
+    if mixed(timeouts, ours, now) then
+        step_back(timeouts, ours, redis.call('lrange', queue, position, -1), ARGV[4], now)
+    elseif position == 0 then
+        head_is_due(queue, timeouts, ours)
+    end
+end
+purge(queue, timeouts, ours, now)
 if redis.call('exists', key) == 0 then
     wake_head(queue, ARGV[2], '0', ARGV[3])
 end
-return removed > 0 and 1 or 0
+return position ~= false and 1 or 0

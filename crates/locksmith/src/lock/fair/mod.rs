@@ -14,15 +14,18 @@
 //! come from the server's clock.
 //!
 //! Give-up times are kept so that Java waiters and ours share one queue:
-//! a locksmith waiter's time carries one queue step (Redisson's
-//! `fairLockWaitTimeout`, [`FairLock::with_queue_step`]) per waiter ahead
-//! of it, which Redisson's grants take off as they happen, and every waiter
-//! leaving the line ahead of it (a grant, a give-up, a purge) takes one
-//! step off again. locksmith's grants take a step off Redisson's waiters
-//! too, never below a step from now. The set `{NAME}:locksmith_waiters`
-//! tells locksmith's waiters from Redisson's. (Without this, each Redisson
-//! grant, which takes 5 minutes off every waiter's time, made every
-//! locksmith waiter behind it look gone, and it lost its place.)
+//! in Redisson's zset, a locksmith waiter's time carries one queue step
+//! (Redisson's `fairLockWaitTimeout`, [`FairLock::with_queue_step`]) per
+//! waiter ahead of it, which Redisson's grants take off as they happen, so
+//! they never make it look gone. Its own give-up time is kept beside, in
+//! the zset `{NAME}:locksmith_give_up` (which Redisson does not read), and
+//! that is what locksmith's scripts pass a dead waiter by. While Redisson
+//! waiters are in line, each grant or give-up takes one step off the
+//! waiters behind (Redisson's never below a step from now), as Redisson's
+//! own grants do; while every waiter is locksmith's, nothing is walked.
+//! (Without this, each Redisson grant, which takes 5 minutes off every
+//! waiter's time, made every locksmith waiter behind it look gone, and it
+//! lost its place.)
 
 mod contract;
 
@@ -98,8 +101,8 @@ struct Shared {
     queue: Arc<str>,
     /// Waiting owners' give-up times.
     timeouts: Arc<str>,
-    /// Which of the queued owners are locksmith's (`{NAME}:locksmith_waiters`;
-    /// their give-up times are kept differently, see `common.lua`).
+    /// locksmith's queued owners' own give-up times
+    /// (`{NAME}:locksmith_give_up`, see `common.lua`).
     ours: Arc<str>,
     /// Fencing counter key.
     token_key: Arc<str>,
@@ -142,7 +145,7 @@ impl Client {
                 acquire: self.shared_batcher(&scripts::FAIR_ACQUIRE),
                 queue: keys::prefixed("redisson_lock_queue", &name).into(),
                 timeouts: keys::prefixed("redisson_lock_timeout", &name).into(),
-                ours: keys::suffixed(&name, "locksmith_waiters").into(),
+                ours: keys::suffixed(&name, "locksmith_give_up").into(),
                 token_key: crate::lock::lock_token(&name).into(),
                 channel: format!("{prefix}:{owner}").into(),
                 keeper: std::sync::OnceLock::new(),
@@ -175,7 +178,8 @@ type FairInfoReply = (Vec<(String, String)>, i64, Option<u64>, Vec<String>);
 
 impl Shared {
     /// The keys of the release and leave scripts: the lock hash, the
-    /// queue, the give-up times and locksmith's own waiters.
+    /// queue, the give-up times and locksmith's own waiters' give-up
+    /// times.
     fn queue_keys(&self) -> [&str; 4] {
         [&self.name, &self.queue, &self.timeouts, &self.ours]
     }
@@ -527,7 +531,6 @@ impl FairLock {
             client.notify_mode().code(),
             token,
             client.receipt_ttl_ms(),
-            self.queue_step.as_millis() as u64,
         );
         client.run_script(&scripts::FAIR_RELEASE, &keys, args).await
     }
@@ -558,7 +561,7 @@ impl FairLock {
             (&*shared.queue, "list"),
             (&*shared.timeouts, "zset"),
             (&*shared.token_key, "string"),
-            (&*shared.ours, "set"),
+            (&*shared.ours, "zset"),
         ];
         shared.client.name_wrong_key(err, &keys).await
     }
