@@ -12,8 +12,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
+use redis::FromRedisValue;
 use uuid::Uuid;
 
 use crate::engine::batch::Batcher;
@@ -1453,21 +1452,8 @@ impl Client {
 #[derive(Clone, Debug)]
 pub struct Connection(Conn);
 
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.0.get_db()
-    }
-}
+crate::engine::conn::connection_like!(Connection {
+    command(this, cmd) => this.0.req_packed_command(cmd),
+    pipeline(this, pipeline, offset, count) => this.0.req_packed_commands(pipeline, offset, count),
+    db(this) => this.0.get_db(),
+});

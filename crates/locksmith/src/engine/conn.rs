@@ -100,3 +100,42 @@ impl Acks {
         self.min > 0 && acked.is_some_and(|n| n < self.min)
     }
 }
+
+/// Implements redis-rs's `ConnectionLike` for one of our connection types
+/// from three bodies, so the trait's signatures are written once:
+/// `command(this, cmd)` sends one command, `pipeline(this, pipeline,
+/// offset, count)` sends `count` replies' worth of a pipeline from
+/// `offset`, and `db(this)` names the database; `this` is the connection.
+macro_rules! connection_like {
+    ($ty:ty {
+        command($c_this:ident, $cmd:ident) => $command:expr,
+        pipeline($p_this:ident, $pipeline:ident, $offset:ident, $count:ident) => $pipe:expr,
+        db($d_this:ident) => $db:expr $(,)?
+    }) => {
+        impl redis::aio::ConnectionLike for $ty {
+            fn req_packed_command<'a>(
+                &'a mut self,
+                $cmd: &'a redis::Cmd,
+            ) -> redis::RedisFuture<'a, redis::Value> {
+                let $c_this = self;
+                $command
+            }
+
+            fn req_packed_commands<'a>(
+                &'a mut self,
+                $pipeline: &'a redis::Pipeline,
+                $offset: usize,
+                $count: usize,
+            ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+                let $p_this = self;
+                $pipe
+            }
+
+            fn get_db(&self) -> i64 {
+                let $d_this = self;
+                $db
+            }
+        }
+    };
+}
+pub(crate) use connection_like;

@@ -336,15 +336,24 @@ mod tests {
         assert!(state.is_lost());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_quorum_lease_follows_its_parts() {
+    /// Three parts of `lease` from now and the whole they make with a
+    /// quorum of two: (now, parts, whole, the quorum keeping it).
+    fn two_of_three(
+        lease: Duration,
+    ) -> (Instant, Vec<Arc<LeaseState>>, Arc<LeaseState>, Arc<Quorum>) {
         let start = Instant::now();
-        let lease = Duration::from_secs(30);
         let parts: Vec<_> = (0..3)
             .map(|_| Arc::new(LeaseState::new(start, lease)))
             .collect();
         let whole = Arc::new(LeaseState::new(start, lease));
         let quorum = Quorum::new("q".into(), whole.clone(), parts.clone(), 2);
+        (start, parts, whole, quorum)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_lease_follows_its_parts() {
+        let lease = Duration::from_secs(30);
+        let (start, parts, whole, quorum) = two_of_three(lease);
         assert_eq!(whole.deadline(), start + lease - drift(lease));
         // One part renewed: two parts must hold, so the whole waits for a
         // second one.
@@ -372,13 +381,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quorum_lease_runs_out_with_its_parts_unrenewed() {
-        let start = Instant::now();
         let lease = Duration::from_secs(3);
-        let parts: Vec<_> = (0..3)
-            .map(|_| Arc::new(LeaseState::new(start, lease)))
-            .collect();
-        let whole = Arc::new(LeaseState::new(start, lease));
-        let _quorum = Quorum::new("q".into(), whole.clone(), parts, 2);
+        let (_, _parts, whole, _quorum) = two_of_three(lease);
         let signal = whole.signal();
         tokio::time::advance(lease).await;
         tokio::time::timeout(Duration::from_millis(1), signal.wait())

@@ -172,37 +172,21 @@ impl Address {
     /// The same address with `credentials` for the Sentinels themselves
     /// (a Sentinel with `requirepass` or ACL users); other topologies are
     /// returned as they are.
-    pub(crate) fn with_sentinel_credentials(self, credentials: &Credentials) -> Address {
-        let Address::Sentinel {
-            sentinels,
-            service,
-            username,
-            password,
-            db,
-        } = self
-        else {
-            return self;
-        };
-        let user = credentials.username.as_deref().unwrap_or("");
-        let userinfo = match &credentials.password {
-            Some(p) => format!("{}:{}@", encode(user), encode(p)),
-            None if !user.is_empty() => format!("{}@", encode(user)),
-            None => String::new(),
-        };
-        let sentinels = sentinels
-            .iter()
-            .map(|s| match s.split_once("://") {
-                Some((scheme, host)) => format!("{scheme}://{userinfo}{host}"),
-                None => s.clone(),
-            })
-            .collect();
-        Address::Sentinel {
-            sentinels,
-            service,
-            username,
-            password,
-            db,
+    pub(crate) fn with_sentinel_credentials(mut self, credentials: &Credentials) -> Address {
+        if let Address::Sentinel { sentinels, .. } = &mut self {
+            let user = credentials.username.as_deref().unwrap_or("");
+            let userinfo = match &credentials.password {
+                Some(p) => format!("{}:{}@", encode(user), encode(p)),
+                None if !user.is_empty() => format!("{}@", encode(user)),
+                None => String::new(),
+            };
+            for sentinel in sentinels.iter_mut() {
+                if let Some((scheme, host)) = sentinel.split_once("://") {
+                    *sentinel = format!("{scheme}://{userinfo}{host}");
+                }
+            }
         }
+        self
     }
 
     /// `scheme://[user info@]` of a data node's URL: what a node's

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::engine::slot::Slot;
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::conn::Timing;
 use crate::engine::nodes::{self, Across, NodeMap};
@@ -343,35 +343,26 @@ enum Payload<'a> {
     Pipeline(&'a Pipeline, usize, usize),
 }
 
-impl ConnectionLike for ClusterConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if !self.at_most_once {
-            return self.retrying.req_packed_command(cmd);
+crate::engine::conn::connection_like!(ClusterConn {
+    command(this, cmd) => {
+        if !this.at_most_once {
+            return this.retrying.req_packed_command(cmd);
         }
         Box::pin(async move {
-            let mut replies = self.once(Payload::Cmd(cmd)).await?;
+            let mut replies = this.once(Payload::Cmd(cmd)).await?;
             replies.pop().ok_or_else(|| {
                 redis::RedisError::from(std::io::Error::other("a command got no reply"))
             })
         })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        if !self.at_most_once {
-            return self.retrying.req_packed_commands(pipeline, offset, count);
+    },
+    pipeline(this, pipeline, offset, count) => {
+        if !this.at_most_once {
+            return this.retrying.req_packed_commands(pipeline, offset, count);
         }
-        Box::pin(self.once(Payload::Pipeline(pipeline, offset, count)))
-    }
-
-    fn get_db(&self) -> i64 {
-        self.retrying.get_db()
-    }
-}
+        Box::pin(this.once(Payload::Pipeline(pipeline, offset, count)))
+    },
+    db(this) => this.retrying.get_db(),
+});
 
 #[cfg(test)]
 mod tests {

@@ -32,8 +32,7 @@ mod sentinel;
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::engine::conn::Timing;
 use crate::engine::security::Security;
@@ -76,42 +75,29 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
+crate::engine::conn::connection_like!(Conn {
+    command(this, cmd) => match this {
+        Conn::Single(c) => c.req_packed_command(cmd),
+        #[cfg(feature = "sentinel")]
+        Conn::Sentinel(c) => c.req_packed_command(cmd),
+        #[cfg(feature = "cluster")]
+        Conn::Cluster(c) => c.req_packed_command(cmd),
+    },
+    pipeline(this, pipeline, offset, count) => match this {
+        Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+        #[cfg(feature = "sentinel")]
+        Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        #[cfg(feature = "cluster")]
+        Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+    },
+    db(this) => match this {
+        Conn::Single(c) => c.get_db(),
+        #[cfg(feature = "sentinel")]
+        Conn::Sentinel(c) => c.get_db(),
+        #[cfg(feature = "cluster")]
+        Conn::Cluster(c) => c.get_db(),
+    },
+});
 
 impl Conn {
     /// The same connection for a call that is not idempotent (one that

@@ -5,9 +5,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+use redis::{IntoConnectionInfo, RedisFuture};
 use tokio::sync::watch;
 
 use crate::engine::conn::Timing;
@@ -221,26 +221,15 @@ impl SentinelConn {
     }
 }
 
-impl ConnectionLike for SentinelConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.call(move |mut conn| Box::pin(async move { conn.req_packed_command(cmd).await }))
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.call(move |mut conn| {
-            Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.current().0.get_db()
-    }
-}
+crate::engine::conn::connection_like!(SentinelConn {
+    command(this, cmd) => {
+        this.call(move |mut conn| Box::pin(async move { conn.req_packed_command(cmd).await }))
+    },
+    pipeline(this, pipeline, offset, count) => this.call(move |mut conn| {
+        Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
+    }),
+    db(this) => this.current().0.get_db(),
+});
 
 /// Listens for the Sentinels' `+switch-master` announcements and follows
 /// each one at once, so the client does not wait for an error to notice a
