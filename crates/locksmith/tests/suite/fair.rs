@@ -19,6 +19,9 @@ crate::on_every_topology!(
     cancelled_waiters_leave_no_trace,
     a_redisson_waiter_shares_the_queue,
     a_redisson_client_alone_passes_a_dead_locksmith_head_after_its_patience,
+    a_dead_waiter_behind_a_live_one_is_passed_after_its_patience,
+    dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience,
+    a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant,
 );
 
 async fn queue_len(client: &Client, name: &str) -> usize {
@@ -114,19 +117,7 @@ async fn dead_locksmith_waiters_in_a_row_are_passed_after_their_patience(env: En
         .unwrap();
     let mut dead = Vec::new();
     for i in 0..2 {
-        let lock = client
-            .fair_lock(name.clone())
-            .unwrap()
-            .with_wait_timeout(Duration::from_millis(600))
-            .unwrap();
-        let mut wait = Box::pin(async move { lock.lock().await });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while queue_len(&client, &name).await < i + 1 {
-            // Polled until it is in line, then never again.
-            let _ = tokio::time::timeout(Duration::from_millis(20), &mut wait).await;
-            assert!(Instant::now() < deadline, "dead waiter {i} never queued");
-        }
-        dead.push(wait);
+        dead.push(dead_waiter(&client, &name, i, Duration::from_millis(600)).await);
     }
     let live = client.fair_lock(name.clone()).unwrap();
     let waiter = tokio::spawn(async move {
@@ -477,6 +468,152 @@ async fn a_redisson_client_alone_passes_a_dead_locksmith_head_after_its_patience
         java_fair_try(&node, &name, java),
         None,
         "the Redisson client passed the dead locksmith waiter"
+    );
+    drop(dead);
+}
+
+/// Queues a locksmith waiter on `name` that dies once in line (its future
+/// is polled until it is queued at `place`, then never again, so it
+/// neither refreshes nor leaves), with `patience`.
+async fn dead_waiter(
+    client: &Client,
+    name: &str,
+    place: usize,
+    patience: Duration,
+) -> impl std::future::Future + Unpin {
+    let lock = client
+        .fair_lock(name)
+        .unwrap()
+        .with_wait_timeout(patience)
+        .unwrap();
+    let mut wait = Box::pin(async move { lock.lock().await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue_len(client, name).await < place + 1 {
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut wait).await;
+        assert!(Instant::now() < deadline, "the dead waiter never queued");
+    }
+    wait
+}
+
+/// Spawns a live waiter on `name` and waits until the queue is `len` long
+/// with it; the task answers its guard.
+async fn live_waiter(
+    client: &Client,
+    name: &str,
+    len: usize,
+) -> tokio::task::JoinHandle<locksmith::LockGuard> {
+    let lock = client.fair_lock(name).unwrap();
+    let task = tokio::spawn(async move { lock.lock().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(client, name).await == len
+        })
+        .await,
+        "the live waiter queued"
+    );
+    task
+}
+
+/// Only locksmith waiters: a live one, one that dies, a live one. The dead
+/// one's patience runs out while the first is still waiting; the first is
+/// granted and releases: the third gets the lock at once, not a queue step
+/// (5 minutes) later (a grant must not lose the dead waiter's own give-up
+/// time while it is still queued).
+async fn a_dead_waiter_behind_a_live_one_is_passed_after_its_patience(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-behind-live");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let first = live_waiter(&client, &name, 1).await;
+    let dead = dead_waiter(&client, &name, 1, Duration::from_millis(600)).await;
+    let third = live_waiter(&client, &name, 3).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the first waiter is granted")
+        .unwrap();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(20), third)
+        .await
+        .expect("the third waiter is granted")
+        .unwrap();
+    let delay = released.elapsed();
+    assert!(delay < Duration::from_secs(5), "delayed {delay:?}");
+    guard.release().await.unwrap();
+    drop(dead);
+}
+
+/// Two locksmith waiters die in line and nobody else waits; well after
+/// their patience ran out, the holder releases and a new waiter comes: it
+/// gets the lock at once, not a queue step later for the second dead one
+/// (its own give-up time must still be there to pass it by).
+async fn dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-then-late");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let mut dead = Vec::new();
+    for i in 0..2 {
+        dead.push(dead_waiter(&client, &name, i, Duration::from_millis(600)).await);
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    holder.release().await.unwrap();
+    let late = client.fair_lock(name.clone()).unwrap();
+    let guard = late
+        .try_lock_for(Duration::from_secs(4))
+        .await
+        .unwrap()
+        .expect("the late waiter passes both dead waiters");
+    guard.release().await.unwrap();
+    drop(dead);
+}
+
+/// A queue of locksmith waiters L0, L1 and W (which dies); L0's grant
+/// walks nothing (no Redisson waiter yet), so W keeps two steps in
+/// Redisson's zset; a Redisson waiter R joins; L1's grant walks the queue
+/// (one step off W). L1 releases: once W's patience ran out, R passes W
+/// and takes the lock, instead of waiting for the step W still carried.
+async fn a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant(env: Env) {
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-head-walked");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let l0 = live_waiter(&client, &name, 1).await;
+    let l1 = live_waiter(&client, &name, 2).await;
+    let dead = dead_waiter(&client, &name, 2, Duration::from_millis(1_000)).await;
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), l0)
+        .await
+        .expect("L0 is granted")
+        .unwrap();
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:93";
+    assert!(java_fair_try(&node, &name, java).is_some(), "R queues");
+    guard.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), l1)
+        .await
+        .expect("L1 is granted")
+        .unwrap();
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        java_fair_try(&node, &name, java),
+        None,
+        "the Redisson waiter passed the dead locksmith waiter"
     );
     drop(dead);
 }

@@ -37,11 +37,10 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
             redis.call('zrem', timeouts, owner)
             redis.call('zrem', ours, owner)
             -- As Redisson's grant does: everyone left moves one place up.
-            if mixed(timeouts, ours, now) then
+            if mixed(queue, timeouts, ours, now) then
                 step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
-            else
-                head_is_due(queue, timeouts, ours)
             end
+            head_is_due(queue, timeouts, ours)
         end
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
@@ -60,10 +59,14 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
         position = redis.call('llen', queue) - 1
     end
     patience = tonumber(patience)
-    redis.call('zadd', timeouts, now + patience + position * tonumber(step), owner)
+    local padded = patience + position * tonumber(step)
+    redis.call('zadd', timeouts, now + padded, owner)
     redis.call('zadd', ours, now + patience, owner)
-    if redis.call('pttl', ours) < patience then
-        redis.call('pexpire', ours, patience)
+    -- `ours` outlives every time its waiters have in the timeout zset
+    -- (none moves later without a refresh): while an entry matters, it is
+    -- there.
+    if redis.call('pttl', ours) < padded then
+        redis.call('pexpire', ours, padded)
     end
     local pttl = redis.call('pttl', key)
     if pttl == -2 then

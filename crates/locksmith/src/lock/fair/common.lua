@@ -21,7 +21,8 @@ end
 -- behind it gets a time that counts every waiter ahead.
 -- Its own give-up time, the patience from its last refresh, is kept in
 -- the zset `ours` ({NAME}:locksmith_give_up, which Redisson does not read;
--- it expires with the longest patience of its waiters), and that is what
+-- it expires once every time its waiters have in the timeout zset has
+-- passed, so it is there while it matters), and that is what
 -- locksmith's purge reads: a locksmith waiter that died is passed once its
 -- patience ran out, whatever its place was.
 -- While every queued waiter is locksmith's, nothing reads the steps, so a
@@ -30,10 +31,15 @@ end
 
 -- True when some queued waiter is Redisson's (has a give-up time in the
 -- timeout zset and none of locksmith's own). Entries of `ours` whose time
--- passed go first: such a waiter may have been taken out of the queue by
--- a Redisson client's purge, which does not read `ours`.
-local function mixed(timeouts, ours, now)
-    redis.call('zremrangebyscore', ours, '-inf', now)
+-- passed and that are no longer queued go first (a Redisson client's
+-- purge took the waiter out, and it does not read `ours`); one still
+-- queued stays, to be passed by its own time when it reaches the head.
+local function mixed(queue, timeouts, ours, now)
+    for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
+        if redis.call('lpos', queue, owner) == false then
+            redis.call('zrem', ours, owner)
+        end
+    end
     return redis.call('zcard', timeouts) > redis.call('zcard', ours)
 end
 
@@ -79,11 +85,12 @@ local function step_back(timeouts, ours, waiters, step, now)
     end
 end
 
--- With only locksmith waiters in line, nothing walks the queue, so the
--- waiter now at its head may still carry steps for waiters that were
--- ahead of it: Redisson's time for it becomes its own (nobody is ahead of
--- it for a step to count), so a Redisson client passes it after its
--- patience if it died.
+-- After the waiter at the head left the line (a grant or a give-up): the
+-- locksmith waiter now at the head may still carry steps for waiters that
+-- were ahead of it (they left while no walk ran, or by a purge, which
+-- takes no step off); Redisson's time for it becomes its own (nobody is
+-- ahead of it for a step to count), so a Redisson client passes it after
+-- its patience if it died.
 local function head_is_due(queue, timeouts, ours)
     local head = redis.call('lindex', queue, 0)
     if head ~= false then

@@ -19,9 +19,10 @@ redis.call('zrem', timeouts, ARGV[1])
 redis.call('zrem', ours, ARGV[1])
 if position ~= false then
     redis.call('lrem', queue, 0, ARGV[1])
-    if mixed(timeouts, ours, now) then
+    if mixed(queue, timeouts, ours, now) then
         step_back(timeouts, ours, redis.call('lrange', queue, position, -1), ARGV[4], now)
-    elseif position == 0 then
+    end
+    if position == 0 then
         head_is_due(queue, timeouts, ours)
     end
 end
