@@ -396,7 +396,7 @@ impl Batcher {
         };
         let shared = self.queue_for(&call);
         let id = next_request_id();
-        let sends = {
+        let (sends, company) = {
             let mut queue = shared.lock();
             queue.pending.push(Request {
                 id,
@@ -411,7 +411,6 @@ impl Batcher {
             }
             (free, queue.company)
         };
-        let (sends, company) = sends;
         if sends {
             // The call's place is ours; the guard frees it (and sends what
             // queued meanwhile) however this future ends.

@@ -20,7 +20,7 @@
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count;
 -- {-2, error message} for a request that failed alone.
 local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expected, patience, step, now)
-    purge(queue, timeouts, ours, now)
+    local head = purge(queue, timeouts, ours, now)
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held ~= false then
@@ -29,7 +29,6 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
     if expected ~= 0 then
         return {-1, 0, 0}
     end
-    local head = redis.call('lindex', queue, 0)
     if redis.call('exists', key) == 0 and (head == false or head == owner) then
         local token = next_token(token_key)
         if head == owner then

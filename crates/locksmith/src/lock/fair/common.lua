@@ -30,17 +30,25 @@ end
 -- one leaving takes a step off the waiters behind it, as Redisson does.
 
 -- True when some queued waiter is Redisson's (has a give-up time in the
--- timeout zset and none of locksmith's own). Entries of `ours` whose time
--- passed and that are no longer queued go first (a Redisson client's
--- purge took the waiter out, and it does not read `ours`); one still
--- queued stays, to be passed by its own time when it reaches the head.
+-- timeout zset and none of locksmith's own). When `ours` has more entries
+-- than the timeout zset, those whose time passed and that are no longer
+-- queued go first (a Redisson client's purge took the waiter out, and it
+-- does not read `ours`); one still queued stays, to be passed by its own
+-- time when it reaches the head. (Such a stale entry can hide one Redisson
+-- waiter until it expires with `ours`: that waiter is then not walked, so
+-- its time stays later than Redisson's own grants would leave it, which
+-- no live waiter loses by.)
 local function mixed(queue, timeouts, ours, now)
-    for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
-        if redis.call('lpos', queue, owner) == false then
-            redis.call('zrem', ours, owner)
+    local all, mine = redis.call('zcard', timeouts), redis.call('zcard', ours)
+    if mine > all then
+        for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
+            if redis.call('lpos', queue, owner) == false then
+                redis.call('zrem', ours, owner)
+                mine = mine - 1
+            end
         end
     end
-    return redis.call('zcard', timeouts) > redis.call('zcard', ours)
+    return all > mine
 end
 
 -- Takes one step off the give-up time of each waiter in `waiters`, as one
@@ -105,13 +113,14 @@ end
 -- (they died or gave up without leaving), as Redisson does: a locksmith
 -- waiter's own time from `ours`, a Redisson waiter's from the timeout
 -- zset. A locksmith waiter left at the head gets its own time in the
--- timeout zset too (see head_is_due).
+-- timeout zset too (see head_is_due). Returns the head left (false: the
+-- queue is empty).
 local function purge(queue, timeouts, ours, now)
     local dropped = false
     while true do
         local head = redis.call('lindex', queue, 0)
         if head == false then
-            return
+            return false
         end
         local own = redis.call('zscore', ours, head)
         local give_up = own or redis.call('zscore', timeouts, head)
@@ -124,7 +133,7 @@ local function purge(queue, timeouts, ours, now)
             if dropped and own ~= false then
                 redis.call('zadd', timeouts, own, head)
             end
-            return
+            return head
         end
     end
 end
