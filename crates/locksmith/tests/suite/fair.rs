@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use locksmith::{Client, ErrorKind};
+use locksmith::{Client, ErrorKind, FairLock};
 use redis::Script;
 
 use crate::common::{eventually, Env};
@@ -22,6 +22,7 @@ crate::on_every_topology!(
     a_dead_waiter_behind_a_live_one_is_passed_after_its_patience,
     dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience,
     a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant,
+    a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before,
 );
 
 async fn queue_len(client: &Client, name: &str) -> usize {
@@ -495,14 +496,28 @@ async fn dead_waiter(
     wait
 }
 
-/// Spawns a live waiter on `name` and waits until the queue is `len` long
-/// with it; the task answers its guard.
+/// Spawns a live waiter on `name` (with the default patience) and waits
+/// until the queue is `len` long with it; the task answers its guard.
 async fn live_waiter(
     client: &Client,
     name: &str,
     len: usize,
 ) -> tokio::task::JoinHandle<locksmith::LockGuard> {
-    let lock = client.fair_lock(name).unwrap();
+    live_waiter_with(client, name, len, FairLock::DEFAULT_WAIT_TIMEOUT).await
+}
+
+/// As [`live_waiter`], with `patience`.
+async fn live_waiter_with(
+    client: &Client,
+    name: &str,
+    len: usize,
+    patience: Duration,
+) -> tokio::task::JoinHandle<locksmith::LockGuard> {
+    let lock = client
+        .fair_lock(name)
+        .unwrap()
+        .with_wait_timeout(patience)
+        .unwrap();
     let task = tokio::spawn(async move { lock.lock().await.unwrap() });
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -616,6 +631,62 @@ async fn a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant(e
         "the Redisson waiter passed the dead locksmith waiter"
     );
     drop(dead);
+}
+
+/// Five locksmith waiters queue (patience 60 s: none refreshes during the
+/// test); two are granted and release, the third is granted and holds,
+/// with no Redisson waiter in line (no walk). A Redisson waiter then joins
+/// behind the last: its time counts the two waiters ahead of it (two steps
+/// plus the patience), not the steps of those granted before it came
+/// (five).
+async fn a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before(env: Env) {
+    const STEP_MS: f64 = 300_000.0;
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("tail-steps");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let mut waiters = std::collections::VecDeque::new();
+    for i in 0..5 {
+        waiters.push_back(live_waiter_with(&client, &name, i + 1, Duration::from_secs(60)).await);
+    }
+    holder.release().await.unwrap();
+    for _ in 0..2 {
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiters.pop_front().unwrap())
+            .await
+            .expect("granted in turn")
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 2
+        })
+        .await,
+        "the third is granted, two wait"
+    );
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:94";
+    assert!(java_fair_try(&node, &name, java).is_some(), "R queues");
+    let mut conn = node.get_connection().unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(format!("redisson_lock_timeout:{{{name}}}"))
+        .arg(java)
+        .query(&mut conn)
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = (secs * 1000 + micros / 1000) as f64;
+    let steps = (score - now - 60_000.0) / STEP_MS;
+    assert!(
+        steps < 2.5,
+        "the Redisson waiter's time is {steps:.2} steps past the patience"
+    );
+    for waiter in waiters {
+        waiter.abort();
+    }
 }
 
 async fn a_redisson_waiter_shares_the_queue(env: Env) {

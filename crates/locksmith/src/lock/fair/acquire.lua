@@ -39,7 +39,7 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
             if mixed(queue, timeouts, ours, now) then
                 step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
             end
-            head_is_due(queue, timeouts, ours)
+            ends_due(queue, timeouts, ours, step)
         end
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)

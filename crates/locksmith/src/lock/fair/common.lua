@@ -42,7 +42,9 @@ local function mixed(queue, timeouts, ours, now)
     local all, mine = redis.call('zcard', timeouts), redis.call('zcard', ours)
     if mine > all then
         for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
-            if redis.call('lpos', queue, owner) == false then
+            -- Both sides take a waiter out of the queue and the timeout
+            -- zset together.
+            if redis.call('zscore', timeouts, owner) == false then
                 redis.call('zrem', ours, owner)
                 mine = mine - 1
             end
@@ -93,19 +95,31 @@ local function step_back(timeouts, ours, waiters, step, now)
     end
 end
 
--- After the waiter at the head left the line (a grant or a give-up): the
--- locksmith waiter now at the head may still carry steps for waiters that
--- were ahead of it (they left while no walk ran, or by a purge, which
--- takes no step off); Redisson's time for it becomes its own (nobody is
--- ahead of it for a step to count), so a Redisson client passes it after
--- its patience if it died.
-local function head_is_due(queue, timeouts, ours)
-    local head = redis.call('lindex', queue, 0)
-    if head ~= false then
-        local own = redis.call('zscore', ours, head)
-        if own ~= false then
-            redis.call('zadd', timeouts, own, head)
-        end
+-- Redisson's scripts read only two waiters' times: the head's (their
+-- purge) and the tail's (a joiner's time is the tail's plus a step). A
+-- locksmith waiter elsewhere may carry steps for waiters that left ahead
+-- of it while no walk ran, until it refreshes; so after a waiter leaves
+-- the line, the locksmith waiter now at `at` (0: the head, -1: the tail)
+-- gets its time exactly: its own plus one step per waiter ahead of it
+-- (`ahead`). The head then is passed by a Redisson client after its
+-- patience if it died, and a Redisson joiner behind the tail counts every
+-- waiter ahead.
+local function due(queue, timeouts, ours, at, ahead)
+    local waiter = redis.call('lindex', queue, at)
+    local own = redis.call('zscore', ours, waiter)
+    if own ~= false then
+        redis.call('zadd', timeouts, tonumber(own) + ahead, waiter)
+    end
+end
+
+-- The head and the tail get their times exactly (see due).
+local function ends_due(queue, timeouts, ours, step)
+    local len = redis.call('llen', queue)
+    if len > 0 then
+        due(queue, timeouts, ours, 0, 0)
+    end
+    if len > 1 then
+        due(queue, timeouts, ours, -1, (len - 1) * tonumber(step))
     end
 end
 
@@ -113,8 +127,8 @@ end
 -- (they died or gave up without leaving), as Redisson does: a locksmith
 -- waiter's own time from `ours`, a Redisson waiter's from the timeout
 -- zset. A locksmith waiter left at the head gets its own time in the
--- timeout zset too (see head_is_due). Returns the head left (false: the
--- queue is empty).
+-- timeout zset too (see due). Returns the head left (false: the queue is
+-- empty).
 local function purge(queue, timeouts, ours, now)
     local dropped = false
     while true do

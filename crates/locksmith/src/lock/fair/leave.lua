@@ -22,9 +22,7 @@ if position ~= false then
     if mixed(queue, timeouts, ours, now) then
         step_back(timeouts, ours, redis.call('lrange', queue, position, -1), ARGV[4], now)
     end
-    if position == 0 then
-        head_is_due(queue, timeouts, ours)
-    end
+    ends_due(queue, timeouts, ours, ARGV[4])
 end
 purge(queue, timeouts, ours, now)
 if redis.call('exists', key) == 0 then
