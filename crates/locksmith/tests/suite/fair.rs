@@ -23,6 +23,7 @@ crate::on_every_topology!(
     dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience,
     a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant,
     a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before,
+    a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_come,
 );
 
 async fn queue_len(client: &Client, name: &str) -> usize {
@@ -405,6 +406,16 @@ return 1;
 /// `fairLockWaitTimeout`) by `owner` on `node`: `None` granted, else the
 /// ttl to wait (queued).
 fn java_fair_try(node: &redis::Client, name: &str, owner: &str) -> Option<i64> {
+    java_fair_try_waiting(node, name, owner, 300_000)
+}
+
+/// As [`java_fair_try`], with a `fairLockWaitTimeout` of `wait_ms`.
+fn java_fair_try_waiting(
+    node: &redis::Client,
+    name: &str,
+    owner: &str,
+    wait_ms: u64,
+) -> Option<i64> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -415,7 +426,7 @@ fn java_fair_try(node: &redis::Client, name: &str, owner: &str) -> Option<i64> {
         .key(format!("redisson_lock_timeout:{{{name}}}"))
         .arg(30_000)
         .arg(owner)
-        .arg(300_000)
+        .arg(wait_ms)
         .arg(now_ms)
         .invoke(&mut node.get_connection().unwrap())
         .unwrap()
@@ -687,6 +698,78 @@ async fn a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before(env
     for waiter in waiters {
         waiter.abort();
     }
+}
+
+/// Queue steps of 200 ms on both sides: locksmith waiters A and B (live)
+/// and T (dies, patience 300 ms) queue; once T's patience is long past, B
+/// gives up. A Redisson waiter joining behind T gets a give-up time still
+/// to come (counted from now for the waiter ahead of it), not one already
+/// past, which would have it passed as dead at the head while alive.
+async fn a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_come(env: Env) {
+    const STEP: Duration = Duration::from_millis(200);
+    let client = env.client(Duration::from_secs(30)).await;
+    let name = env.name("dead-tail");
+    let fair = |patience: Duration| {
+        client
+            .fair_lock(name.clone())
+            .unwrap()
+            .with_queue_step(STEP)
+            .unwrap()
+            .with_wait_timeout(patience)
+            .unwrap()
+    };
+    let holder = fair(Duration::from_secs(5)).lock().await.unwrap();
+    let mut live = Vec::new();
+    for i in 0..2 {
+        let lock = fair(Duration::from_secs(5));
+        live.push(tokio::spawn(async move { lock.lock().await.unwrap() }));
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                queue_len(&client, &name).await == i + 1
+            })
+            .await
+        );
+    }
+    let dead = fair(Duration::from_millis(300));
+    let mut dead = Box::pin(async move { dead.lock().await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue_len(&client, &name).await < 3 {
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut dead).await;
+        assert!(Instant::now() < deadline, "the dead waiter never queued");
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    live.pop().unwrap().abort();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 2
+        })
+        .await,
+        "B left"
+    );
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:95";
+    assert!(
+        java_fair_try_waiting(&node, &name, java, 200).is_some(),
+        "J queues"
+    );
+    let mut conn = node.get_connection().unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(format!("redisson_lock_timeout:{{{name}}}"))
+        .arg(java)
+        .query(&mut conn)
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = (secs * 1000 + micros / 1000) as f64;
+    assert!(
+        score > now,
+        "the Redisson waiter's give-up time is {:.0} ms past",
+        now - score
+    );
+    holder.release().await.unwrap();
+    for waiter in live {
+        waiter.abort();
+    }
+    drop(dead);
 }
 
 async fn a_redisson_waiter_shares_the_queue(env: Env) {

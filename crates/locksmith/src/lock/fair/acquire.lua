@@ -39,7 +39,7 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
             if mixed(queue, timeouts, ours, now) then
                 step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
             end
-            ends_due(queue, timeouts, ours, step)
+            ends_due(queue, timeouts, ours, step, now)
         end
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
@@ -53,7 +53,8 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
     -- patience from now, and in the timeout zset one step more per waiter
     -- ahead (see common.lua).
     local position = redis.call('lpos', queue, owner)
-    if position == false then
+    local joined = position == false
+    if joined then
         redis.call('rpush', queue, owner)
         position = redis.call('llen', queue) - 1
     end
@@ -62,10 +63,19 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
     redis.call('zadd', timeouts, now + padded, owner)
     redis.call('zadd', ours, now + patience, owner)
     -- `ours` outlives every time its waiters have in the timeout zset
-    -- (none moves later without a refresh): while an entry matters, it is
-    -- there.
+    -- (none moves later without a refresh, or tail_due, which extends it
+    -- too): while an entry matters, it is there.
     if redis.call('pttl', ours) < padded then
         redis.call('pexpire', ours, padded)
+    end
+    if not joined then
+        -- A waiter refreshing its place behind others also keeps the
+        -- tail's time from going stale while no grant comes (a tail that
+        -- died keeps its time counted from now, see tail_due).
+        local len = redis.call('llen', queue)
+        if position < len - 1 then
+            tail_due(queue, timeouts, ours, step, now, len)
+        end
     end
     local pttl = redis.call('pttl', key)
     if pttl == -2 then

@@ -30,17 +30,14 @@ end
 -- one leaving takes a step off the waiters behind it, as Redisson does.
 
 -- True when some queued waiter is Redisson's (has a give-up time in the
--- timeout zset and none of locksmith's own). When `ours` has more entries
--- than the timeout zset, those whose time passed and that are no longer
--- queued go first (a Redisson client's purge took the waiter out, and it
--- does not read `ours`); one still queued stays, to be passed by its own
--- time when it reaches the head. (Such a stale entry can hide one Redisson
--- waiter until it expires with `ours`: that waiter is then not walked, so
--- its time stays later than Redisson's own grants would leave it, which
--- no live waiter loses by.)
+-- timeout zset and none of locksmith's own). Entries of `ours` whose time
+-- passed and that are no longer queued go first (a Redisson client's purge
+-- took the waiter out, and it does not read `ours`; left, they would hide
+-- as many Redisson waiters from the count); one still queued stays, to be
+-- passed by its own time when it reaches the head.
 local function mixed(queue, timeouts, ours, now)
     local all, mine = redis.call('zcard', timeouts), redis.call('zcard', ours)
-    if mine > all then
+    if mine > 0 then
         for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
             -- Both sides take a waiter out of the queue and the timeout
             -- zset together.
@@ -112,14 +109,35 @@ local function due(queue, timeouts, ours, at, ahead)
     end
 end
 
--- The head and the tail get their times exactly (see due).
-local function ends_due(queue, timeouts, ours, step)
+-- The tail gets its time exactly (see due), counted from now at the
+-- earliest: a tail that died, whose own time passed, must not hand a
+-- Redisson joiner a time already past (it would be passed as dead at the
+-- head, alive); `ours` then lives as long as that time, as it must while
+-- the tail's own entry matters (until the tail is purged at the head).
+local function tail_due(queue, timeouts, ours, step, now, len)
+    local tail = redis.call('lindex', queue, -1)
+    local own = redis.call('zscore', ours, tail)
+    if own ~= false then
+        local ahead = (len - 1) * tonumber(step)
+        own = tonumber(own)
+        if own < now then
+            own = now
+            if redis.call('pttl', ours) < ahead then
+                redis.call('pexpire', ours, ahead)
+            end
+        end
+        redis.call('zadd', timeouts, own + ahead, tail)
+    end
+end
+
+-- The head and the tail get their times exactly (see due and tail_due).
+local function ends_due(queue, timeouts, ours, step, now)
     local len = redis.call('llen', queue)
     if len > 0 then
         due(queue, timeouts, ours, 0, 0)
     end
     if len > 1 then
-        due(queue, timeouts, ours, -1, (len - 1) * tonumber(step))
+        tail_due(queue, timeouts, ours, step, now, len)
     end
 end
 

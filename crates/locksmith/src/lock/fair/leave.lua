@@ -19,12 +19,17 @@ redis.call('zrem', timeouts, ARGV[1])
 redis.call('zrem', ours, ARGV[1])
 if position ~= false then
     redis.call('lrem', queue, 0, ARGV[1])
+    local behind = redis.call('lrange', queue, position, -1)
+    -- Waiters passed as dead first, so the ends' times count only the
+    -- waiters left.
+    purge(queue, timeouts, ours, now)
     if mixed(queue, timeouts, ours, now) then
-        step_back(timeouts, ours, redis.call('lrange', queue, position, -1), ARGV[4], now)
+        step_back(timeouts, ours, behind, ARGV[4], now)
     end
-    ends_due(queue, timeouts, ours, ARGV[4])
+    ends_due(queue, timeouts, ours, ARGV[4], now)
+else
+    purge(queue, timeouts, ours, now)
 end
-purge(queue, timeouts, ours, now)
 if redis.call('exists', key) == 0 then
     wake_head(queue, ARGV[2], '0', ARGV[3])
 end

@@ -238,7 +238,11 @@ impl FairLock {
 
     /// The same owner with another queue step (default
     /// [`FairLock::DEFAULT_QUEUE_STEP`]): set it to the
-    /// `fairLockWaitTimeout` of the Redisson services that share this lock.
+    /// `fairLockWaitTimeout` of the Redisson services that share this lock,
+    /// and use the same step in every handle on the lock, as every
+    /// Redisson client of a lock uses the same wait (with mixed steps, the
+    /// record of locksmith's own give-up times can expire while one of its
+    /// waiters still counts on it).
     ///
     /// The queue keeps each waiter's give-up time in Redisson's way: when
     /// a waiter joins, one step per waiter ahead of it is added, and every
