@@ -55,8 +55,7 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
     local position = redis.call('lpos', queue, owner)
     local joined = position == false
     if joined then
-        redis.call('rpush', queue, owner)
-        position = redis.call('llen', queue) - 1
+        position = redis.call('rpush', queue, owner) - 1
     end
     patience = tonumber(patience)
     local padded = patience + position * tonumber(step)

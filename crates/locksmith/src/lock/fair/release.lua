@@ -18,7 +18,7 @@
 -- held by this owner (count on the server, 0 when none).
 local key, queue, timeouts, ours = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, expected, prefix, mode = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-purge(queue, timeouts, ours, now_ms())
+local head = purge(queue, timeouts, ours, now_ms())
 local held = redis.call('hget', key, owner)
 if held == false then
     return gone_answer(key, owner, expected, ARGV[6])
@@ -32,7 +32,10 @@ if held == expected then
     end
     leave_receipt(key, owner, ARGV[6], ARGV[7])
     redis.call('del', key)
-    wake_head(queue, prefix, '0', mode)
+    if head ~= false then
+        -- The head the purge stopped at (nothing since changed the queue).
+        announce(prefix .. ':' .. head, '0', mode)
+    end
     return {1, 0}
 end
 return other_count(held, expected)
