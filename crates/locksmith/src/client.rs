@@ -17,9 +17,9 @@ use uuid::Uuid;
 
 use crate::engine::batch::Batcher;
 use crate::engine::conn::{Acks, NotifyMode, Timing};
+use crate::engine::lua::{Invocation, Lua};
 use crate::engine::notify::{HubTimeouts, NotifyHub};
 use crate::engine::renewal::Renewer;
-use crate::engine::scripts::{Invocation, Lua};
 use crate::engine::security::{
     Credentials, CredentialsProvider, Given, Rotation, Security, TlsOptions,
 };
@@ -222,7 +222,7 @@ impl ClientBuilder {
     /// connection and the pub/sub connection) is made from this client;
     /// the builder's timeouts apply to them.
     ///
-    /// TLS options ([`ClientBuilder::tls`], [`ClientBuilder::ca_file`], ...)
+    /// TLS options ([`ClientBuilder::tls`], [`ClientBuilder::tls_ca_file`], ...)
     /// and a credentials provider belong to the redis-rs client here:
     /// `build` refuses them with [`Error::InvalidArgument`].
     ///
@@ -1133,7 +1133,7 @@ impl Client {
     }
 
     /// How long (ms) a final release's receipt stays on the server (see
-    /// `engine::hold`): as long as this client may resend the release.
+    /// `engine::counted`): as long as this client may resend the release.
     pub(crate) fn receipt_ttl_ms(&self) -> u64 {
         if !self.config().release_receipts {
             return 0;
@@ -1143,15 +1143,15 @@ impl Client {
             command: self.config().command_timeout,
         };
         let cluster = self.conn().is_cluster();
-        crate::engine::hold::receipt_ttl(timing, cluster)
+        crate::engine::counted::receipt_ttl(timing, cluster)
             .as_millis()
             .max(1) as u64
     }
 
     /// How this client's releases read "gone after a resend" (see
-    /// `engine::hold`).
-    pub(crate) fn release_rules(&self) -> crate::engine::hold::ReleaseRules {
-        crate::engine::hold::ReleaseRules {
+    /// `engine::counted`).
+    pub(crate) fn release_rules(&self) -> crate::engine::counted::ReleaseRules {
+        crate::engine::counted::ReleaseRules {
             receipts: self.config().release_receipts,
             expiry_slack: self.config().command_timeout,
         }

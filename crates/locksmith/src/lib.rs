@@ -36,14 +36,15 @@
 //!   which slot), `acquire.rs` (one acquire request:
 //!   send, resend, undo; the wait entry; the three wait methods),
 //!   `undo.rs` (undo on drop, after the request it follows settled),
-//!   `hold.rs` (a counted hold and the release core), `held.rs` (the hold
-//!   core every guard wraps: release on drop, token, lease view, metrics),
+//!   `counted.rs` (a counted hold and the release core), `guard_core.rs`
+//!   (the hold core every guard wraps: release on drop, token, lease view,
+//!   metrics),
 //!   `notify.rs` + `subscriber.rs` (one pub/sub connection per client,
 //!   waiter queues and wake policies), `renewal.rs` (the watchdog),
 //!   `lease.rs` (the lease view and [`LostSignal`]), `task.rs`
 //!   (background tasks), `observe.rs` (metrics and tracing), `keys.rs`
 //!   (Redisson-compatible names), `validate.rs` (input checks) and
-//!   `scripts.rs` (script composition).
+//!   `lua.rs` (script composition: preludes, SHA, `NOSCRIPT`).
 //!
 //! # Cargo features
 //!

@@ -1,11 +1,11 @@
 //! The catalogue of every script the crate runs, each declared with the
-//! preludes it needs (composed once by `engine::scripts`). A script's file
+//! preludes it needs (composed once by `engine::lua`). A script's file
 //! lives in its primitive's folder, next to the Rust that calls it, with
 //! its KEYS/ARGV contract at the top.
 
 use std::sync::LazyLock;
 
-use crate::engine::scripts::{Lua, ANNOUNCE, BATCH, HOLDS, RECEIPT};
+use crate::engine::lua::{Lua, ANNOUNCE, BATCH, HOLDS, RECEIPT};
 
 /// `NAME (marks) = "path" after [preludes];` declares a script: its file
 /// (`path.lua`), the preludes it needs, and marks from [`Lua`]'s builder:

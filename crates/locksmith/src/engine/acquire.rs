@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::batch::{self, Batcher, Call};
-use crate::engine::hold::HoldState;
+use crate::engine::counted::HoldState;
 use crate::engine::lease::LeaseState;
 use crate::engine::renewal::Hold;
 use crate::engine::task::Tasks;

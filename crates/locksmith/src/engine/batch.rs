@@ -83,9 +83,9 @@ use redis::{FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::engine::conn::Acks;
+use crate::engine::lua::Lua;
 #[cfg(feature = "cluster")]
 use crate::engine::nodes;
-use crate::engine::scripts::Lua;
 use crate::engine::slot;
 use crate::engine::slot::Slot;
 use crate::engine::task::Tasks;

@@ -1,4 +1,4 @@
--- Release receipts (engine/hold.rs): a final release leaves the hold's
+-- Release receipts (engine/counted.rs): a final release leaves the hold's
 -- episode (the releasing client's own id of that hold) under {NAME}:locksmith_released:<field> for a short while,
 -- so a resend of the same release can tell "an earlier send of mine freed
 -- it" (the receipt is there) from "the hold was already gone" (expired,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::engine::conn::Acks;
 use crate::engine::lease::LeaseState;
-use crate::engine::scripts::Lua;
+use crate::engine::lua::Lua;
 use crate::engine::slot;
 use crate::engine::task::TaskSlot;
 use crate::engine::topology::Conn;

@@ -2,7 +2,7 @@
 //! `RLock`, the lock every other kind borrows its hold state from),
 //! [`fair`], [`rw`], [`simple`], [`multi`] and [`redlock`].
 //! The counted kinds (reentrant, fair, read-write) share the engine's
-//! acquire and release cores (`engine::acquire`, `engine::hold`).
+//! acquire and release cores (`engine::acquire`, `engine::counted`).
 
 mod fair;
 mod multi;

@@ -790,7 +790,7 @@ async fn a_resent_partial_release_answers_one_released_and_keeps_the_other_hold(
 ///
 /// Note: `NotHeld` is the exact answer here (the first send of a
 /// non-final release can never leave the hold gone); today's core answers
-/// `Unconfirmed` (engine/hold.rs `apply_release`: only `lost_before` or a
+/// `Unconfirmed` (engine/counted.rs `apply_release`: only `lost_before` or a
 /// receipt of a final release make "gone after a resend" exact). Both are
 /// accepted; `Ok` is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

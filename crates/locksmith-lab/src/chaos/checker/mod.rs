@@ -51,7 +51,7 @@
 //!    [`fairness::first_come_first_served`]);
 //! 8. **latch**: no waiter is let go before the count reached zero, and
 //!    every waiter is let go within [`LATCH_WAKE`](latch::LATCH_WAKE) after it did (see
-//!    [`latch::LatchCalls::check`]);
+//!    [`record::LatchCalls::check`]);
 //! 9. **Redlock without a quorum**: while a majority of its servers is
 //!    down, nothing is granted and every acquire is answered (`NoQuorum`)
 //!    within [`NO_QUORUM_ANSWER`](quorum::NO_QUORUM_ANSWER) (see [`quorum::quorum`]).

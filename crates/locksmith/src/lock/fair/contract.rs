@@ -1,7 +1,7 @@
 //! The contract of `acquire.lua`, written once: a request's KEYS and ARGV
 //! as a Rust type that builds the [`Call`], and the reply's status numbers
 //! by name. (The release and leave scripts are each sent from one place,
-//! `release_call` and `leave`; their replies are `engine::hold`'s.)
+//! `release_call` and `leave`; their replies are `engine::counted`'s.)
 
 use std::sync::Arc;
 use std::time::Duration;

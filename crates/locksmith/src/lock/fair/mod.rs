@@ -40,7 +40,7 @@ use super::{LockGuard, LockInfo, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::Batcher;
-use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
+use crate::engine::counted::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::{wake_one, Keeper};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
@@ -522,7 +522,7 @@ impl FairLock {
     }
 
     /// One release request: answers the script's `(status, value)` (see
-    /// `engine::hold`).
+    /// `engine::counted`).
     async fn release_call(&self, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;

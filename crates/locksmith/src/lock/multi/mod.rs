@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::{FairLock, Lock, LockGuard, ReadWriteLock, SimpleLock};
 use crate::client::Client;
 use crate::engine::conn::ATTEMPTS;
-use crate::engine::hold::{Actor, GATE_POLL};
+use crate::engine::counted::{Actor, GATE_POLL};
 use crate::engine::validate;
 use crate::engine::wait::{Check, Wait};
 use crate::error::{Error, Result};
@@ -447,7 +447,7 @@ impl MultiLock {
 /// count at the server's again.
 fn roll_back(
     locks: &[Lock],
-    states: Vec<tokio::sync::OwnedMutexGuard<crate::engine::hold::HoldState>>,
+    states: Vec<tokio::sync::OwnedMutexGuard<crate::engine::counted::HoldState>>,
     first_sent: Instant,
 ) {
     for (lock, state) in locks.iter().zip(states) {
@@ -470,7 +470,7 @@ enum Together {
 /// single lock). Each owner's state is held for the call, as [`Lock`]'s
 /// own acquire does.
 /// `actor` is the caller's task: a member whose owner's hold belongs to
-/// another task is busy for it (see [`ActorGate`](crate::engine::hold::ActorGate)).
+/// another task is busy for it (see [`ActorGate`](crate::engine::counted::ActorGate)).
 async fn attempt_together(
     locks: Vec<Lock>,
     deadline: Option<Instant>,

@@ -41,8 +41,8 @@ use tokio::time::Instant;
 use crate::client::Lane;
 use crate::client::{Client, ClientBuilder};
 use crate::engine::batch::{Tracked, Tracker};
-use crate::engine::held::{Held, Holding};
-use crate::engine::hold::released;
+use crate::engine::counted::released;
+use crate::engine::guard_core::{Held, Holding};
 use crate::engine::lease::{drift, LeaseState, Quorum};
 use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::Tasks;
@@ -1261,7 +1261,7 @@ mod tests {
     }
 }
 
-crate::engine::held::lease_view!(
+crate::engine::guard_core::lease_view!(
     RedlockGuard,
     remaining = "The validity left (monotonic clock, conservative: the latest \
         end a majority of the nodes confirm, each measured from when the \

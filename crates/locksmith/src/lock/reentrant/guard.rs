@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::held::{Held, Holding};
-use crate::engine::hold::HoldState;
+use crate::engine::counted::HoldState;
+use crate::engine::guard_core::{Held, Holding};
 use crate::engine::lease::LeaseState;
 use crate::engine::observe::Grant;
 use crate::engine::renewal::Registration;
@@ -280,7 +280,7 @@ impl Grant for LockGuard {
     }
 }
 
-crate::engine::held::lease_view!(
+crate::engine::guard_core::lease_view!(
     LockGuard,
     remaining = "The lease left as known locally (monotonic clock, conservative: \
         measured from when the granting or renewing command was sent). Zero \

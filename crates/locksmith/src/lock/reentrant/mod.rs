@@ -5,7 +5,7 @@
 //! Redisson's `<uuid>:<thread-id>`). Every call to [`Client::lock`] makes a
 //! new owner; clones of a handle share it. Within the owner, a hold belongs
 //! to the tokio task it was given to (the thread, outside any task), as
-//! Redisson's belongs to a thread (`engine::hold::ActorGate`): that task
+//! Redisson's belongs to a thread (`engine::counted::ActorGate`): that task
 //! re-enters it, and another task using the same handle waits like any
 //! other owner.
 
@@ -25,7 +25,7 @@ use crate::client::Client;
 use crate::engine::acquire;
 use crate::engine::batch::Batcher;
 use crate::engine::conn::ATTEMPTS;
-use crate::engine::hold::{ActorGate, HoldState, GATE_POLL};
+use crate::engine::counted::{ActorGate, HoldState, GATE_POLL};
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
 use crate::engine::validate;

@@ -14,7 +14,7 @@ use super::contract::{Announce, ReleaseRequest, Successor};
 use super::handoff::Offer;
 use super::{Lock, Shared};
 use crate::engine::batch::Call;
-use crate::engine::hold::{apply_release as apply_answer, released, HoldState, Sends};
+use crate::engine::counted::{apply_release as apply_answer, released, HoldState, Sends};
 use crate::engine::undo::{self, Armed, UndoFuture};
 use crate::error::{Error, Result};
 
@@ -254,7 +254,7 @@ pub(in crate::lock) async fn release_locked(
 /// the hand-off streak limit.
 const YIELD_MAX: Duration = Duration::from_millis(50);
 
-/// Applies a release answer to the owner's state (see `engine::hold`;
+/// Applies a release answer to the owner's state (see `engine::counted`;
 /// status 3, a hand-off, ends this owner's hold like a release).
 fn apply_release(
     shared: &Shared,

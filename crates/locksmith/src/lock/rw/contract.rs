@@ -1,7 +1,7 @@
 //! The contract of `acquire.lua`, written once: a request's KEYS and ARGV
 //! as a Rust type that builds the [`Call`], and the reply's status numbers
 //! by name. (The release script is sent from one place, `run_release`; its
-//! replies are `engine::hold`'s.)
+//! replies are `engine::counted`'s.)
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -24,7 +24,7 @@ use super::{LockGuard, NEXT_HOLDER_ID};
 use crate::client::Client;
 use crate::engine::acquire::{self, WaitEntry};
 use crate::engine::batch::Batcher;
-use crate::engine::hold::{ActorGate, HoldState, Releaser, GATE_POLL};
+use crate::engine::counted::{ActorGate, HoldState, Releaser, GATE_POLL};
 use crate::engine::notify::Wake;
 use crate::engine::renewal::Hold;
 use crate::engine::undo;
@@ -544,7 +544,7 @@ impl ReadWriteLock {
 
     /// One release request (`kind` `r`, `w`, or `leave` to withdraw a
     /// writer's claim): answers the script's `(status, value)` (see
-    /// `engine::hold`).
+    /// `engine::counted`).
     async fn run_release(&self, kind: &str, expected: u32, token: u64) -> Result<(i64, i64)> {
         let shared = &self.shared;
         let client = &shared.client;

@@ -17,7 +17,7 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::held::{Held, Holding};
+use crate::engine::guard_core::{Held, Holding};
 use crate::engine::notify::Wake;
 use crate::engine::task::Tasks;
 use crate::engine::validate;

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::batch::{Arg, Batcher, Call};
-use crate::engine::held::{Held, Holding};
+use crate::engine::guard_core::{Held, Holding};
 use crate::engine::renewal::{Hold, Registration};
 use crate::engine::task::Tasks;
 use crate::engine::wait::{Check, Wait};
@@ -507,7 +507,7 @@ impl Permit {
     }
 }
 
-crate::engine::held::lease_view!(
+crate::engine::guard_core::lease_view!(
     Permit,
     remaining = "A conservative estimate of how long the lease still runs (measured \
         from when the grant or last renewal was sent, minus a drift \

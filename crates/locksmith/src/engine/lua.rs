@@ -43,7 +43,7 @@ const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys\n";
 pub(crate) const HOLDS: &str = include_str!("holds.lua");
 
 /// `leave_receipt(key, field, token, ttl)` and `gone_answer(key, field,
-/// expected, token)`: the release receipts of `engine::hold`.
+/// expected, token)`: the release receipts of `engine::counted`.
 pub(crate) const RECEIPT: &str = include_str!("receipt.lua");
 
 /// A script's reply and, with `WAIT`, how many replicas acknowledged.

@@ -45,8 +45,8 @@ use tokio::time::Instant;
 
 use crate::engine::batch::MAX_IN_FLIGHT;
 use crate::engine::conn::{Timing, ATTEMPTS};
+use crate::engine::lua::RUN_PATIENCE;
 use crate::engine::renewal::Registration;
-use crate::engine::scripts::RUN_PATIENCE;
 use crate::engine::task::Tasks;
 use crate::error::{Error, Result};
 
