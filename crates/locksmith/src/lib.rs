@@ -26,7 +26,9 @@
 //!   for code that is not async, over the same implementation.
 //! - `scripts.rs`: the catalogue of every script with the preludes it
 //!   declares ([`script_source`] reads one).
-//! - `engine/`: `conn.rs` (the connection layer's leaf types),
+//! - `engine/`: `conn.rs` (the connection layer's leaf types, and the
+//!   macro through which our connection types implement redis-rs's
+//!   `ConnectionLike`),
 //!   `topology/` (one file per job: `address.rs` the URL forms, `mod.rs`
 //!   the connection every caller uses and the single server,
 //!   `sentinel.rs`, `cluster.rs`, `probe.rs` the checks at connect),
@@ -36,6 +38,7 @@
 //!   which slot), `acquire.rs` (one acquire request:
 //!   send, resend, undo; the wait entry; the three wait methods),
 //!   `undo.rs` (undo on drop, after the request it follows settled),
+//!   `wait.rs` (the one wait loop every waiting primitive uses),
 //!   `counted.rs` (a counted hold and the release core), `guard_core.rs`
 //!   (the hold core every guard wraps: release on drop, token, lease view,
 //!   metrics),

@@ -104,29 +104,30 @@ impl Acks {
 /// Implements redis-rs's `ConnectionLike` for one of our connection types
 /// from three bodies, so the trait's signatures are written once:
 /// `command(this, cmd)` sends one command, `pipeline(this, pipeline,
-/// offset, count)` sends `count` replies' worth of a pipeline from
-/// `offset`, and `db(this)` names the database; `this` is the connection.
+/// offset, count)` sends the pipeline and, skipping `offset` replies,
+/// answers the `count` after them, and `db(this)` names the database;
+/// `this` is the connection.
 macro_rules! connection_like {
     ($ty:ty {
         command($c_this:ident, $cmd:ident) => $command:expr,
         pipeline($p_this:ident, $pipeline:ident, $offset:ident, $count:ident) => $pipe:expr,
         db($d_this:ident) => $db:expr $(,)?
     }) => {
-        impl redis::aio::ConnectionLike for $ty {
+        impl ::redis::aio::ConnectionLike for $ty {
             fn req_packed_command<'a>(
                 &'a mut self,
-                $cmd: &'a redis::Cmd,
-            ) -> redis::RedisFuture<'a, redis::Value> {
+                $cmd: &'a ::redis::Cmd,
+            ) -> ::redis::RedisFuture<'a, ::redis::Value> {
                 let $c_this = self;
                 $command
             }
 
             fn req_packed_commands<'a>(
                 &'a mut self,
-                $pipeline: &'a redis::Pipeline,
+                $pipeline: &'a ::redis::Pipeline,
                 $offset: usize,
                 $count: usize,
-            ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+            ) -> ::redis::RedisFuture<'a, Vec<::redis::Value>> {
                 let $p_this = self;
                 $pipe
             }

@@ -10,9 +10,10 @@ local function receipt_key(key, field)
     return '{' .. key .. '}:locksmith_released:' .. field
 end
 
--- Leaves the receipt of a final release (before anything else is written,
--- so a refused write, an ACL without the key, changes nothing); a ttl of
--- '0' leaves none.
+-- Leaves the receipt of a final release (before the release itself is
+-- written, so a refused write, an ACL without the key, frees nothing; the
+-- fair lock's purge of waiters passed as dead may come before it); a ttl
+-- of '0' leaves none.
 local function leave_receipt(key, field, episode, ttl)
     if ttl ~= '0' then
         redis.call('set', receipt_key(key, field), episode, 'px', ttl)
