@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use locksmith::{Client, ErrorKind};
+use locksmith::{Client, ErrorKind, FairLock};
 use redis::Script;
 
 use crate::common::{eventually, Env};
@@ -21,8 +21,8 @@ crate::on_every_topology!(
     a_redisson_client_alone_passes_a_dead_locksmith_head_after_its_patience,
     a_dead_waiter_behind_a_live_one_is_passed_after_its_patience,
     dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience,
-    a_redisson_client_passes_a_dead_locksmith_head_behind_a_redisson_waiter_in_line,
-    a_dead_redisson_waiter_reaching_the_head_through_locksmith_delays_it_by_a_step_at_most,
+    a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant,
+    a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before,
     a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_come,
 );
 
@@ -507,14 +507,28 @@ async fn dead_waiter(
     wait
 }
 
-/// Spawns a live waiter on `name` and waits until the queue is `len` long
-/// with it; the task answers its guard.
+/// Spawns a live waiter on `name` (with the default patience) and waits
+/// until the queue is `len` long with it; the task answers its guard.
 async fn live_waiter(
     client: &Client,
     name: &str,
     len: usize,
 ) -> tokio::task::JoinHandle<locksmith::LockGuard> {
-    let lock = client.fair_lock(name).unwrap();
+    live_waiter_with(client, name, len, FairLock::DEFAULT_WAIT_TIMEOUT).await
+}
+
+/// As [`live_waiter`], with `patience`.
+async fn live_waiter_with(
+    client: &Client,
+    name: &str,
+    len: usize,
+    patience: Duration,
+) -> tokio::task::JoinHandle<locksmith::LockGuard> {
+    let lock = client
+        .fair_lock(name)
+        .unwrap()
+        .with_wait_timeout(patience)
+        .unwrap();
     let task = tokio::spawn(async move { lock.lock().await.unwrap() });
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -590,14 +604,14 @@ async fn dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience(env: 
     drop(dead);
 }
 
-/// A queue of locksmith waiters L0, L1 and W (which dies, carrying two
-/// steps in Redisson's zset); L0 is granted; a Redisson waiter R joins
-/// behind W; L1 is granted and releases: once W's patience ran out, R
-/// passes W and takes the lock, instead of waiting for the steps W still
-/// carried.
-async fn a_redisson_client_passes_a_dead_locksmith_head_behind_a_redisson_waiter_in_line(env: Env) {
+/// A queue of locksmith waiters L0, L1 and W (which dies); L0's grant
+/// walks nothing (no Redisson waiter yet), so W keeps two steps in
+/// Redisson's zset; a Redisson waiter R joins; L1's grant walks the queue
+/// (one step off W). L1 releases: once W's patience ran out, R passes W
+/// and takes the lock, instead of waiting for the step W still carried.
+async fn a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant(env: Env) {
     let client = env.client(Duration::from_secs(30)).await;
-    let name = env.name("dead-head-mixed");
+    let name = env.name("dead-head-walked");
     let holder = client
         .fair_lock(name.clone())
         .unwrap()
@@ -630,77 +644,60 @@ async fn a_redisson_client_passes_a_dead_locksmith_head_behind_a_redisson_waiter
     drop(dead);
 }
 
-/// Queue steps of 200 ms on both sides. Locksmith waiters L1 and L2
-/// (patience 20 s, so L2 carries that and a step in Redisson's zset), then
-/// a Redisson waiter J that dies (it joins with L2's time plus a step:
-/// about 20 s), then a live locksmith waiter L3. L1 and L2 are granted and
-/// release in turn: J reaches the head through locksmith and gets at most
-/// a step from then, so L3 passes it within about a step of L2's release,
-/// not when J's 20 s ran out.
-async fn a_dead_redisson_waiter_reaching_the_head_through_locksmith_delays_it_by_a_step_at_most(
-    env: Env,
-) {
-    const STEP: Duration = Duration::from_millis(200);
+/// Five locksmith waiters queue (patience 60 s: none refreshes during the
+/// test); two are granted and release, the third is granted and holds,
+/// with no Redisson waiter in line (no walk). A Redisson waiter then joins
+/// behind the last: its time counts the two waiters ahead of it (two steps
+/// plus the patience), not the steps of those granted before it came
+/// (five).
+async fn a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before(env: Env) {
+    const STEP_MS: f64 = 300_000.0;
     let client = env.client(Duration::from_secs(30)).await;
-    let name = env.name("dead-java-head");
-    let fair = |patience: Duration| {
-        client
-            .fair_lock(name.clone())
-            .unwrap()
-            .with_queue_step(STEP)
-            .unwrap()
-            .with_wait_timeout(patience)
-            .unwrap()
-    };
-    let holder = fair(Duration::from_secs(20)).lock().await.unwrap();
-    let mut live = std::collections::VecDeque::new();
-    for i in 0..2 {
-        let lock = fair(Duration::from_secs(20));
-        live.push_back(tokio::spawn(async move { lock.lock().await.unwrap() }));
-        assert!(
-            eventually(Duration::from_secs(10), || async {
-                queue_len(&client, &name).await == i + 1
-            })
-            .await
-        );
-    }
-    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
-    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:94";
-    assert!(
-        java_fair_try_waiting(&node, &name, java, 200).is_some(),
-        "J queues"
-    );
-    let last = fair(Duration::from_secs(5));
-    let last = tokio::spawn(async move {
-        let guard = last.lock().await.unwrap();
-        (Instant::now(), guard)
-    });
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&client, &name).await == 4
-        })
+    let name = env.name("tail-steps");
+    let holder = client
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
         .await
-    );
+        .unwrap();
+    let mut waiters = std::collections::VecDeque::new();
+    for i in 0..5 {
+        waiters.push_back(live_waiter_with(&client, &name, i + 1, Duration::from_secs(60)).await);
+    }
     holder.release().await.unwrap();
-    let mut released = Instant::now();
     for _ in 0..2 {
-        let guard = tokio::time::timeout(Duration::from_secs(10), live.pop_front().unwrap())
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiters.pop_front().unwrap())
             .await
             .expect("granted in turn")
             .unwrap();
-        released = Instant::now();
         guard.release().await.unwrap();
     }
-    let (granted, guard) = tokio::time::timeout(Duration::from_secs(30), last)
-        .await
-        .expect("L3 is granted")
-        .unwrap();
-    let delay = granted - released;
     assert!(
-        delay < Duration::from_secs(5),
-        "L3 waited {delay:?} behind the dead Redisson waiter"
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&client, &name).await == 2
+        })
+        .await,
+        "the third is granted, two wait"
     );
-    guard.release().await.unwrap();
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:94";
+    assert!(java_fair_try(&node, &name, java).is_some(), "R queues");
+    let mut conn = node.get_connection().unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(format!("redisson_lock_timeout:{{{name}}}"))
+        .arg(java)
+        .query(&mut conn)
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = (secs * 1000 + micros / 1000) as f64;
+    let steps = (score - now - 60_000.0) / STEP_MS;
+    assert!(
+        steps < 2.5,
+        "the Redisson waiter's time is {steps:.2} steps past the patience"
+    );
+    for waiter in waiters {
+        waiter.abort();
+    }
 }
 
 /// Queue steps of 200 ms on both sides: locksmith waiters A and B (live)

@@ -20,7 +20,7 @@
 -- {-1, count-on-server, 0} when the server disagrees with the owner's count;
 -- {-2, error message} for a request that failed alone.
 local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expected, patience, step, now)
-    local head = purge(queue, timeouts, ours, step, now)
+    local head = purge(queue, timeouts, ours, now)
     expected = tonumber(expected)
     local held = redis.call('hget', key, owner)
     if held ~= false then
@@ -35,8 +35,11 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
             redis.call('lpop', queue)
             redis.call('zrem', timeouts, owner)
             redis.call('zrem', ours, owner)
-            -- The next in line is at the head now (see common.lua).
-            head_due(queue, timeouts, ours, step, now)
+            -- As Redisson's grant does: everyone left moves one place up.
+            if mixed(queue, timeouts, ours, now) then
+                step_back(timeouts, ours, redis.call('lrange', queue, 0, -1), step, now)
+            end
+            ends_due(queue, timeouts, ours, step, now)
         end
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
@@ -65,9 +68,13 @@ local function acquire(key, queue, timeouts, token_key, ours, lease, owner, expe
         redis.call('pexpire', ours, padded)
     end
     if not joined then
-        -- A waiter refreshing its place keeps the tail's time up to date
-        -- (see tail_due; a joiner is the tail and has just set its own).
-        tail_due(queue, timeouts, ours, step, now, owner)
+        -- A waiter refreshing its place behind others also keeps the
+        -- tail's time from going stale while no grant comes (a tail that
+        -- died keeps its time counted from now, see tail_due).
+        local len = redis.call('llen', queue)
+        if position < len - 1 then
+            tail_due(queue, timeouts, ours, step, now, len)
+        end
     end
     local pttl = redis.call('pttl', key)
     if pttl == -2 then

@@ -13,70 +13,109 @@ end
 
 -- Give-up times, shared with Redisson. Redisson's waiters never refresh
 -- theirs: a joiner gets the last waiter's time plus Redisson's wait
--- (fairLockWaitTimeout, the `step` here), each Redisson grant takes a
--- step off every waiter, and each Redisson waiter that gives up takes one
--- off those behind it. Redisson's scripts read only two of these times:
--- the head's (their purge passes a head whose time has passed) and the
--- tail's (a joiner's time is the tail's plus a step).
---
--- A locksmith waiter's time in the timeout zset is the patience from its
--- last refresh plus one step per waiter ahead of it then: Redisson grants
--- can only come from waiters ahead, so they never make it look gone.
--- Nothing walks the queue to take steps off as waiters leave (a grant
--- costs the same behind 64 waiters as behind one); instead:
--- - the waiter that reaches the head gets the time that counts there
---   (head_due): a locksmith waiter its own, a Redisson waiter at most a
---   step from now;
--- - a locksmith waiter refreshing behind the tail, and a give-up, bring a
---   locksmith tail's time up to date (tail_due), so a Redisson joiner never
---   inherits a time already past from a tail that died.
+-- (fairLockWaitTimeout), and each Redisson grant, and each Redisson waiter
+-- that gives up, takes that wait off every waiter behind. So in the
+-- timeout zset a locksmith waiter's time is the patience from now plus one
+-- queue step per waiter ahead (refreshed while it lives): Redisson's
+-- grants ahead never make it look gone, and a Redisson waiter joining
+-- behind it gets a time that counts every waiter ahead.
 -- Its own give-up time, the patience from its last refresh, is kept in
 -- the zset `ours` ({NAME}:locksmith_give_up, which Redisson does not read;
 -- it expires once every time its waiters have in the timeout zset has
--- passed, so it is there while it matters), and that is what locksmith's
--- purge reads: a locksmith waiter that died is passed once its patience
--- ran out, whatever its place was.
+-- passed, so it is there while it matters), and that is what
+-- locksmith's purge reads: a locksmith waiter that died is passed once its
+-- patience ran out, whatever its place was.
+-- While every queued waiter is locksmith's, nothing reads the steps, so a
+-- grant or a give-up walks nothing; with Redisson waiters in line, each
+-- one leaving takes a step off the waiters behind it, as Redisson does.
 
--- The time Redisson's purge should read for the waiter at the head (none
--- is ahead of it for a step to count): a locksmith waiter's own, so a
--- Redisson client passes it after its patience if it died; a Redisson
--- waiter's at most a step from now, which is what Redisson's own grants
--- leave a head (its time counted every waiter that was ahead of it when it
--- joined, and no walk took those steps off), so one that died delays the
--- queue by at most a step. Returns the head (false: the queue is empty).
-local function head_due(queue, timeouts, ours, step, now)
-    local head = redis.call('lindex', queue, 0)
-    if head ~= false then
-        local own = redis.call('zscore', ours, head)
-        if own ~= false then
-            redis.call('zadd', timeouts, own, head)
-        else
-            local time = redis.call('zscore', timeouts, head)
-            local cap = now + tonumber(step)
-            if time ~= false and tonumber(time) > cap then
-                redis.call('zadd', timeouts, cap, head)
+-- True when some queued waiter is Redisson's (has a give-up time in the
+-- timeout zset and none of locksmith's own). Entries of `ours` whose time
+-- passed and that are no longer queued go first (a Redisson client's purge
+-- took the waiter out, and it does not read `ours`; left, they would hide
+-- as many Redisson waiters from the count); one still queued stays, to be
+-- passed by its own time when it reaches the head.
+local function mixed(queue, timeouts, ours, now)
+    local all, mine = redis.call('zcard', timeouts), redis.call('zcard', ours)
+    if mine > 0 then
+        for _, owner in ipairs(redis.call('zrangebyscore', ours, '-inf', now)) do
+            -- Both sides take a waiter out of the queue and the timeout
+            -- zset together.
+            if redis.call('zscore', timeouts, owner) == false then
+                redis.call('zrem', ours, owner)
+                mine = mine - 1
             end
         end
     end
-    return head
+    return all > mine
 end
 
--- A locksmith tail's time brought up to date: its own (counted from now
--- at the earliest: a tail that died, whose own time passed, must not hand
--- a Redisson joiner a time already past, which would have that live
--- joiner passed as dead at the head) plus one step per waiter ahead;
--- `ours` then lives as long as that time, as it must while the tail's own
--- entry matters (until the tail is purged at the head). Nothing to do when
--- the tail is `except` (a waiter that has just set its own time).
-local function tail_due(queue, timeouts, ours, step, now, except)
-    local len = redis.call('llen', queue)
-    if len < 2 then
+-- Takes one step off the give-up time of each waiter in `waiters`, as one
+-- ahead of them left the line (a grant or a give-up), in one ZADD:
+-- locksmith's lose the step their time carried for it; Redisson's lose it
+-- too, as Redisson's own grants take it off, but never down below
+-- `now + step` (their time was counted from the waiter ahead, whose own
+-- may have been only a locksmith waiter's short patience).
+local function step_back(timeouts, ours, waiters, step, now)
+    if #waiters == 0 then
         return
     end
+    step = tonumber(step)
+    local scores = {}
+    local flat = redis.call('zrange', timeouts, 0, -1, 'withscores')
+    for i = 1, #flat, 2 do
+        scores[flat[i]] = tonumber(flat[i + 1])
+    end
+    local mine = {}
+    for _, owner in ipairs(redis.call('zrange', ours, 0, -1)) do
+        mine[owner] = true
+    end
+    local args = {}
+    for _, waiter in ipairs(waiters) do
+        local score = scores[waiter]
+        if score ~= nil then
+            if mine[waiter] then
+                score = score - step
+            else
+                score = math.max(score - step, math.min(score, now + step))
+            end
+            args[#args + 1] = score
+            args[#args + 1] = waiter
+            if #args >= 1000 then
+                redis.call('zadd', timeouts, unpack(args))
+                args = {}
+            end
+        end
+    end
+    if #args > 0 then
+        redis.call('zadd', timeouts, unpack(args))
+    end
+end
+
+-- Redisson's scripts read only two waiters' times: the head's (their
+-- purge) and the tail's (a joiner's time is the tail's plus a step). A
+-- locksmith waiter elsewhere may carry steps for waiters that left ahead
+-- of it while no walk ran, until it refreshes; so after a waiter leaves
+-- the line, the locksmith waiter now at `at` (0: the head, -1: the tail)
+-- gets its time exactly: its own plus one step per waiter ahead of it
+-- (`ahead`). The head then is passed by a Redisson client after its
+-- patience if it died, and a Redisson joiner behind the tail counts every
+-- waiter ahead.
+local function due(queue, timeouts, ours, at, ahead)
+    local waiter = redis.call('lindex', queue, at)
+    local own = redis.call('zscore', ours, waiter)
+    if own ~= false then
+        redis.call('zadd', timeouts, tonumber(own) + ahead, waiter)
+    end
+end
+
+-- The tail gets its time exactly (see due), counted from now at the
+-- earliest: a tail that died, whose own time passed, must not hand a
+-- Redisson joiner a time already past (it would be passed as dead at the
+-- head, alive); `ours` then lives as long as that time, as it must while
+-- the tail's own entry matters (until the tail is purged at the head).
+local function tail_due(queue, timeouts, ours, step, now, len)
     local tail = redis.call('lindex', queue, -1)
-    if tail == except then
-        return
-    end
     local own = redis.call('zscore', ours, tail)
     if own ~= false then
         local ahead = (len - 1) * tonumber(step)
@@ -91,12 +130,24 @@ local function tail_due(queue, timeouts, ours, step, now, except)
     end
 end
 
+-- The head and the tail get their times exactly (see due and tail_due).
+local function ends_due(queue, timeouts, ours, step, now)
+    local len = redis.call('llen', queue)
+    if len > 0 then
+        due(queue, timeouts, ours, 0, 0)
+    end
+    if len > 1 then
+        tail_due(queue, timeouts, ours, step, now, len)
+    end
+end
+
 -- Drops waiters at the head of the queue whose give-up time has passed
 -- (they died or gave up without leaving), as Redisson does: a locksmith
 -- waiter's own time from `ours`, a Redisson waiter's from the timeout
--- zset. The head left gets its time as head_due says (only written when it
--- changes). Returns the head left (false: the queue is empty).
-local function purge(queue, timeouts, ours, step, now)
+-- zset. A locksmith waiter left at the head gets its own time in the
+-- timeout zset too (see due). Returns the head left (false: the queue is
+-- empty).
+local function purge(queue, timeouts, ours, now)
     local dropped = false
     while true do
         local head = redis.call('lindex', queue, 0)
@@ -111,12 +162,8 @@ local function purge(queue, timeouts, ours, step, now)
             redis.call('lpop', queue)
             dropped = true
         else
-            if own ~= false then
-                if dropped then
-                    redis.call('zadd', timeouts, own, head)
-                end
-            elseif give_up ~= false and tonumber(give_up) > now + tonumber(step) then
-                redis.call('zadd', timeouts, now + tonumber(step), head)
+            if dropped and own ~= false then
+                redis.call('zadd', timeouts, own, head)
             end
             return head
         end

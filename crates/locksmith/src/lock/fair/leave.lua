@@ -8,7 +8,9 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  release channel prefix redisson_lock__channel:{NAME}
 -- ARGV[3]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- ARGV[4]  the queue step (ms, see common.lua)
+-- ARGV[4]  the queue step (ms, see acquire.lua): with Redisson waiters in
+--          line, the waiters behind the one leaving move one place up, as
+--          Redisson's acquireFailed does
 -- Returns 1 when the owner was queued, 0 when it was not.
 local key, queue, timeouts, ours = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
@@ -17,12 +19,16 @@ redis.call('zrem', timeouts, ARGV[1])
 redis.call('zrem', ours, ARGV[1])
 if position ~= false then
     redis.call('lrem', queue, 0, ARGV[1])
-end
-purge(queue, timeouts, ours, ARGV[4], now)
-if position ~= false then
-    -- The waiters left at the ends get their times (see common.lua).
-    head_due(queue, timeouts, ours, ARGV[4], now)
-    tail_due(queue, timeouts, ours, ARGV[4], now, false)
+    local behind = redis.call('lrange', queue, position, -1)
+    -- Waiters passed as dead first, so the ends' times count only the
+    -- waiters left.
+    purge(queue, timeouts, ours, now)
+    if mixed(queue, timeouts, ours, now) then
+        step_back(timeouts, ours, behind, ARGV[4], now)
+    end
+    ends_due(queue, timeouts, ours, ARGV[4], now)
+else
+    purge(queue, timeouts, ours, now)
 end
 if redis.call('exists', key) == 0 then
     wake_head(queue, ARGV[2], '0', ARGV[3])

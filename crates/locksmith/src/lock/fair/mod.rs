@@ -19,13 +19,13 @@
 //! waiter ahead of it, which Redisson's grants take off as they happen, so
 //! they never make it look gone. Its own give-up time is kept beside, in
 //! the zset `{NAME}:locksmith_give_up` (which Redisson does not read), and
-//! that is what locksmith's scripts pass a dead waiter by. No grant walks
-//! the queue: the waiter reaching the head gets the time Redisson's purge
-//! should read there (a locksmith waiter its own, a Java waiter at most a
-//! step from now), and a locksmith tail's time is kept up to date for Java
-//! joiners (see `common.lua`). (Without this, each Redisson grant, which
-//! takes 5 minutes off every waiter's time, made every locksmith waiter
-//! behind it look gone, and it lost its place.)
+//! that is what locksmith's scripts pass a dead waiter by. While Redisson
+//! waiters are in line, each grant or give-up takes one step off the
+//! waiters behind (Redisson's never below a step from now), as Redisson's
+//! own grants do; while every waiter is locksmith's, nothing is walked.
+//! (Without this, each Redisson grant, which takes 5 minutes off every
+//! waiter's time, made every locksmith waiter behind it look gone, and it
+//! lost its place.)
 
 mod contract;
 
@@ -246,13 +246,13 @@ impl FairLock {
     ///
     /// The queue keeps each waiter's give-up time in Redisson's way: when
     /// a waiter joins, one step per waiter ahead of it is added, and every
-    /// Redisson grant takes one step off every waiter. Redisson's grants
-    /// take off their own wait (`fairLockWaitTimeout`, or a `tryLock`'s
-    /// wait time), so with a step smaller than that a Redisson grant makes
-    /// a live locksmith waiter look gone, and it loses its place; with a
-    /// larger one, Java clients pass a locksmith waiter that died later.
-    /// A Java waiter that reaches the head through locksmith gets at most
-    /// one step from then.
+    /// grant from the queue, and every waiter that gives up, takes one step
+    /// off the waiters behind it. Redisson's grants take off their own wait
+    /// (`fairLockWaitTimeout`, or a `tryLock`'s wait time), so with a step
+    /// smaller than that a Redisson grant makes a live locksmith waiter
+    /// look gone, and it loses its place; with a larger one, a locksmith
+    /// waiter that died keeps its place longer (up to the difference per
+    /// Redisson grant) before the others pass it.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a step over a day.
@@ -535,7 +535,6 @@ impl FairLock {
             client.notify_mode().code(),
             token,
             client.receipt_ttl_ms(),
-            self.queue_step.as_millis() as u64,
         );
         client.run_script(&scripts::FAIR_RELEASE, &keys, args).await
     }

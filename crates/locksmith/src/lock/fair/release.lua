@@ -11,7 +11,6 @@
 -- ARGV[5]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- ARGV[6]  the hold's episode (locksmith's own id of it), ARGV[7] how long (ms) a final
 --          release's receipt stays ('0': none; receipt.lua)
--- ARGV[8]  the queue step (ms, see common.lua)
 -- Returns {1, 0} freed (the head waiter told; or a resend finding the
 -- receipt its first send left), {2, count} one hold
 -- released, count left, lease re-armed; {4, count} nothing changed, the
@@ -19,7 +18,7 @@
 -- held by this owner (count on the server, 0 when none).
 local key, queue, timeouts, ours = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, expected, prefix, mode = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local head = purge(queue, timeouts, ours, ARGV[8], now_ms())
+local head = purge(queue, timeouts, ours, now_ms())
 local held = redis.call('hget', key, owner)
 if held == false then
     return gone_answer(key, owner, expected, ARGV[6])
