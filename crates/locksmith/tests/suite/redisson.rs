@@ -223,8 +223,12 @@ async fn owner_field_has_redissons_shape() {
 async fn classic_and_both_notifications_on_a_cluster_reach_classic_clients() {
     let env = Env::new(Topo::Cluster).await;
     for mode in [NotifyMode::Classic, NotifyMode::Both] {
+        // A 10 s command bound: connecting to the cluster (its probes) is
+        // not what this test is about, and under the full suite's load it
+        // once took longer than the suite's usual 2 s.
         let built = env
             .builder(Duration::from_secs(30))
+            .command_timeout(Duration::from_secs(10))
             .cluster_notify(mode)
             .build()
             .await;
