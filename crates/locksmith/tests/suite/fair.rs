@@ -102,6 +102,36 @@ fn enqueue_dead_waiter(env: &Env, name: &str, owner: &str, ms: u64) {
     .unwrap();
 }
 
+/// Spawns `lock`'s acquire, waits until the queue on `name` is `len` long
+/// with it, releases `holder`, and answers how long after the release the
+/// waiter was granted (within 20 s), with its guard.
+async fn grant_delay_after_release(
+    client: &Client,
+    name: &str,
+    lock: locksmith::FairLock,
+    len: usize,
+    holder: locksmith::LockGuard,
+) -> (Duration, locksmith::LockGuard) {
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(client, name).await == len
+        })
+        .await,
+        "the waiter queued"
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, guard) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("granted once the waiters ahead counted as gone")
+        .unwrap();
+    (granted - released, guard)
+}
+
 /// Two locksmith waiters die in line (their futures are never polled
 /// again nor dropped, so they neither refresh nor leave): the live waiter
 /// behind them gets the free lock once their patience ran out, not a queue
@@ -122,23 +152,7 @@ async fn dead_locksmith_waiters_in_a_row_are_passed_after_their_patience(env: En
         dead.push(dead_waiter(&client, &name, i, Duration::from_millis(600)).await);
     }
     let live = client.fair_lock(name.clone()).unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = live.lock().await.unwrap();
-        (Instant::now(), guard)
-    });
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&client, &name).await == 3
-        })
-        .await
-    );
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let (granted, guard) = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("granted once both dead waiters' patience ran out")
-        .unwrap();
-    let delay = granted - released;
+    let (delay, guard) = grant_delay_after_release(&client, &name, live, 3, holder).await;
     assert!(delay < Duration::from_secs(6), "delayed {delay:?}");
     guard.release().await.unwrap();
     // The dead futures are never polled again; dropping them only now
@@ -163,23 +177,7 @@ async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
         .unwrap()
         .with_wait_timeout(Duration::from_secs(1))
         .unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        (Instant::now(), guard)
-    });
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&client, &name).await == 2
-        })
-        .await
-    );
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let (granted, guard) = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("granted after the dead waiter's give-up time")
-        .unwrap();
-    let delay = granted - released;
+    let (delay, guard) = grant_delay_after_release(&client, &name, lock, 2, holder).await;
     // At most the dead waiter's give-up time plus one refresh period (a
     // third of the live waiter's wait timeout) and scheduling slack.
     assert!(delay < Duration::from_secs(5), "delayed {delay:?}");
