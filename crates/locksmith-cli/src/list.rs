@@ -113,23 +113,21 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
     let mut truncated = false;
     if client.topology() == locksmith::Topology::Cluster {
         for addr in primaries(&client).await? {
-            let conn = match client.node_client(&addr) {
-                Ok(c) => c
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(|e| e.to_string()),
+            let scanned = match client.node_connection(&addr).await {
+                Ok(mut conn) => scan(&mut conn, &addr, &args, &mut found, &mut examined).await,
                 Err(e) => Err(e.to_string()),
             };
-            match conn {
-                Ok(mut conn) => {
-                    truncated |= scan(&mut conn, &addr, &args, &mut found, &mut examined).await?;
-                }
+            match scanned {
+                Ok(cut) => truncated |= cut,
                 Err(e) => unscanned.push(format!("{addr}: {e}")),
             }
         }
     } else {
         let mut conn = client.connection();
-        truncated = scan(&mut conn, client.addr(), &args, &mut found, &mut examined).await?;
+        match scan(&mut conn, client.addr(), &args, &mut found, &mut examined).await {
+            Ok(cut) => truncated = cut,
+            Err(e) => unscanned.push(format!("{}: {e}", client.addr())),
+        }
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
     found.dedup_by(|a, b| a.name == b.name);
@@ -168,7 +166,12 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
         );
     }
     if !unscanned.is_empty() {
-        eprintln!("locksmith: could not scan {}", unscanned.join("; "));
+        // What was found is shown, but the listing is incomplete: say so
+        // and fail, rather than pass a short listing off as the whole.
+        eprintln!(
+            "locksmith: could not scan {} (the listing above is incomplete)",
+            unscanned.join("; ")
+        );
         return Ok(crate::exit::UNAVAILABLE);
     }
     Ok(0)
@@ -176,15 +179,18 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
 
 /// Scans one node for hashes and strings matching the pattern (SCAN ...
 /// TYPE, so other keys are never touched) and inspects each; answers
-/// whether a limit cut the listing short. A key that cannot be read
-/// (gone meanwhile, binary) is skipped.
+/// whether a limit cut the listing short. A key that changed meanwhile
+/// (gone, another type: the server answers with an error reply) or
+/// cannot be read (binary) is skipped. A lost or late reply ends this
+/// node's scan with an error: the listing would otherwise be silently
+/// short.
 async fn scan(
     conn: &mut (impl ConnectionLike + Send),
     addr: &str,
     args: &ListArgs,
     found: &mut Vec<Object>,
     examined: &mut u64,
-) -> Result<bool, CliError> {
+) -> Result<bool, String> {
     for kind in ["hash", "string"] {
         let mut cursor: u64 = 0;
         loop {
@@ -198,7 +204,7 @@ async fn scan(
                 .arg(kind)
                 .query_async(conn)
                 .await
-                .map_err(|e| CliError::Other(format!("SCAN on {addr}: {e}")))?;
+                .map_err(|e| format!("SCAN: {e}"))?;
             for key in keys {
                 let Ok(key) = String::from_utf8(key) else {
                     continue;
@@ -207,8 +213,11 @@ async fn scan(
                     continue;
                 }
                 *examined += 1;
-                if let Ok(Some(object)) = inspect(conn, &key, kind, addr).await {
-                    found.push(object);
+                match inspect(conn, &key, kind, addr).await {
+                    Ok(Some(object)) => found.push(object),
+                    Ok(None) => {}
+                    Err(e) if is_reply(&e) => {}
+                    Err(e) => return Err(format!("reading {key}: {e}")),
                 }
                 if found.len() as u64 >= args.limit || *examined >= args.max_keys {
                     return Ok(true);
@@ -221,6 +230,22 @@ async fn scan(
         }
     }
     Ok(false)
+}
+
+/// Whether `e` is the server's error reply (`WRONGTYPE` for a key that
+/// changed type meanwhile, `ERR` for a command the server lacks) rather
+/// than a lost, late or garbled reply.
+fn is_reply(e: &redis::RedisError) -> bool {
+    e.code().is_some()
+}
+
+/// `result`, with a server's error reply read as nothing there (see
+/// [`is_reply`]); other errors stay errors.
+fn or_absent<T: Default>(result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+    match result {
+        Err(e) if is_reply(&e) => Ok(T::default()),
+        other => other,
+    }
 }
 
 /// The primaries to scan on a cluster (`CLUSTER NODES` through the
@@ -302,28 +327,24 @@ async fn inspect(
                 object.holders = owners;
                 // Writers waiting with a preference claim, and whoever
                 // listens for the lock's releases.
-                let writers: u64 = redis::cmd("ZCARD")
+                let writers: redis::RedisResult<u64> = redis::cmd("ZCARD")
                     .arg(suffixed(key, "locksmith_writers"))
                     .query_async(conn)
-                    .await
-                    .unwrap_or(0);
-                let listening = numsub(conn, &prefixed("redisson_rwlock", key)).await;
+                    .await;
+                let writers = or_absent(writers)?;
+                let listening = numsub(conn, &prefixed("redisson_rwlock", key)).await?;
                 object.waiters = writers.max(listening);
             }
             Some(_) => return Ok(None),
             None if !owners.is_empty() => {
                 let queue = prefixed("redisson_lock_queue", key);
-                let queued: u64 = redis::cmd("LLEN")
-                    .arg(&queue)
-                    .query_async(conn)
-                    .await
-                    .unwrap_or(0);
+                let queued = or_absent(redis::cmd("LLEN").arg(&queue).query_async(conn).await)?;
                 object.kind = if queued > 0 { "fair-lock" } else { "lock" };
                 object.holders = owners;
                 object.waiters = if queued > 0 {
                     queued
                 } else {
-                    numsub(conn, &prefixed("redisson_lock__channel", key)).await
+                    numsub(conn, &prefixed("redisson_lock__channel", key)).await?
                 };
             }
             None => return Ok(None),
@@ -340,22 +361,15 @@ async fn inspect(
     let value = String::from_utf8_lossy(&value).into_owned();
     if let Ok(n) = value.parse::<i64>() {
         let timeouts = suffixed(key, "timeout");
-        let leased: u64 = redis::cmd("ZCARD")
-            .arg(&timeouts)
-            .query_async(conn)
-            .await
-            .unwrap_or(0);
-        let expirable: bool = redis::cmd("EXISTS")
-            .arg(&timeouts)
-            .query_async(conn)
-            .await
-            .unwrap_or(false);
-        let semaphore_waiters = numsub(conn, &prefixed("redisson_sc", key)).await;
+        let leased: u64 = or_absent(redis::cmd("ZCARD").arg(&timeouts).query_async(conn).await)?;
+        let expirable: bool =
+            or_absent(redis::cmd("EXISTS").arg(&timeouts).query_async(conn).await)?;
+        let semaphore_waiters = numsub(conn, &prefixed("redisson_sc", key)).await?;
         let latch_waiters = numsub(
             conn,
             &format!("redisson_countdownlatch__channel__{{{key}}}"),
         )
-        .await;
+        .await?;
         object.count = Some(n);
         if expirable {
             object.kind = "permit-semaphore";
@@ -376,33 +390,37 @@ async fn inspect(
     }
     // A simple lock: a 32-digit token, with the fencing counter its grants
     // increment.
-    let token_counter: bool = redis::cmd("EXISTS")
-        .arg(prefixed("redisson_lock_token", key))
-        .query_async(conn)
-        .await
-        .unwrap_or(false);
+    let token_counter: bool = or_absent(
+        redis::cmd("EXISTS")
+            .arg(prefixed("redisson_lock_token", key))
+            .query_async(conn)
+            .await,
+    )?;
     if value.len() == 32 && value.chars().all(|c| c.is_ascii_hexdigit()) && token_counter {
         object.kind = "simple-lock";
         object.holders = vec![(value, 1)];
-        object.waiters = numsub(conn, &prefixed("redisson_lock__channel", key)).await;
+        object.waiters = numsub(conn, &prefixed("redisson_lock__channel", key)).await?;
         return Ok(Some(object));
     }
     Ok(None)
 }
 
-/// Clients subscribed to `channel`, classic and sharded.
-async fn numsub(conn: &mut (impl ConnectionLike + Send), channel: &str) -> u64 {
-    let classic: (String, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(conn)
-        .await
-        .unwrap_or_default();
-    let sharded: (String, u64) = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(channel)
-        .query_async(conn)
-        .await
-        .unwrap_or_default();
-    classic.1.max(sharded.1)
+/// Clients subscribed to `channel`, classic and sharded (a server without
+/// sharded pub/sub refuses `SHARDNUMSUB`: none there).
+async fn numsub(conn: &mut (impl ConnectionLike + Send), channel: &str) -> redis::RedisResult<u64> {
+    let classic: (String, u64) = or_absent(
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(conn)
+            .await,
+    )?;
+    let sharded: (String, u64) = or_absent(
+        redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query_async(conn)
+            .await,
+    )?;
+    Ok(classic.1.max(sharded.1))
 }

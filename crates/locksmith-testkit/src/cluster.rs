@@ -22,9 +22,15 @@ const SLOTS: usize = 16384;
 /// mark healthy nodes as failing.
 const NODE_TIMEOUT_MS: u64 = 2000;
 
-/// How long `redis-cli --cluster create` may take (it sleeps while the
-/// nodes meet).
-const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one `redis-cli --cluster create` may take (it sleeps while
+/// the nodes meet). A healthy create takes a few seconds even on a busy
+/// machine; one still "waiting for the cluster to join" after this is
+/// stuck (seen under the full suite's load with the bus over TLS), and a
+/// fresh set of nodes does better than more waiting.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many fresh sets of nodes a start tries when a create is stuck.
+const CREATE_ATTEMPTS: usize = 3;
 
 /// How long the cluster may take to become consistent and `ok`.
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
@@ -166,10 +172,22 @@ impl RedisCluster {
         let dir = tempfile::Builder::new()
             .prefix("locksmith-cluster-")
             .tempdir()?;
-        let nodes = (0..PRIMARIES * (1 + replicas))
-            .map(|_| start_node(tls))
-            .collect::<io::Result<Vec<_>>>()?;
-        create(&nodes, replicas, dir.path(), tls)?;
+        let mut attempt = 1;
+        let nodes = loop {
+            let nodes = (0..PRIMARIES * (1 + replicas))
+                .map(|_| start_node(tls))
+                .collect::<io::Result<Vec<_>>>()?;
+            match create(&nodes, replicas, dir.path(), tls) {
+                Ok(()) => break nodes,
+                // Stuck joining: these nodes are killed on drop, and a
+                // fresh set is tried. Any other failure is final.
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && attempt < CREATE_ATTEMPTS => {
+                    eprintln!("testkit: cluster create attempt {attempt} stuck, retrying with fresh nodes: {e}");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let ids = nodes
             .iter()
             .map(|n| admin::query::<String>(&n.addr(), redis::cmd("CLUSTER").arg("MYID")))

@@ -1098,6 +1098,31 @@ impl Client {
         self.inner.security.refreshed(client)
     }
 
+    /// A connection to one node of this deployment (`host:port`, as for
+    /// [`node_client`](Self::node_client)), dialled and bounded by this
+    /// client's [`connect_timeout`](ClientBuilder::connect_timeout) and
+    /// [`command_timeout`](ClientBuilder::command_timeout). Prefer it to
+    /// `node_client(addr)?.get_multiplexed_async_connection()`, whose
+    /// redis-rs defaults give every command half a second: on a loaded
+    /// server a tool would see timeouts the client's own commands ride out.
+    ///
+    /// # Errors
+    /// As for [`node_client`](Self::node_client), and [`Error::Connect`]
+    /// when the node cannot be reached in time.
+    pub async fn node_connection(&self, addr: &str) -> Result<redis::aio::MultiplexedConnection> {
+        let client = self.node_client(addr)?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config().connect_timeout))
+            .set_response_timeout(Some(self.config().command_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|source| Error::Connect {
+                addr: addr.to_owned(),
+                source,
+            })
+    }
+
     /// Runs `attempt`, an acquire of a `kind` object called `name`, with
     /// its span, metrics and outcome recorded (see `observe::acquire`).
     pub(crate) fn observed<T, F>(

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use locksmith::Client;
-use locksmith_testkit::{RedisCluster, RedisServer};
+use locksmith_testkit::{FaultProxy, RedisCluster, RedisServer};
 
 fn list_json(url: &str, extra: &[&str]) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
@@ -185,6 +185,36 @@ async fn a_cluster_is_scanned_on_every_primary() {
     for g in guards {
         g.release().await.unwrap();
     }
+}
+
+/// A reply lost while a key is read makes the listing fail loudly
+/// (`EX_UNAVAILABLE`, stderr says it is incomplete) instead of leaving
+/// the key out and exiting 0: a short listing must not pass as the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_lost_while_reading_a_key_fails_the_listing() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(&server.addr()).unwrap();
+    let client = Client::open(&server.url()).await.unwrap();
+    let guard = client.lock("r:lock").unwrap().lock().await.unwrap();
+    // The connection breaks as the key's fields come back.
+    proxy.cut_reply_after(b"HGETALL");
+    let url = proxy.url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+            .args(["--redis", &url, "list", "--json"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(proxy.cuts(), 1, "the read was cut: {out:?}");
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("could not scan") && stderr.contains("r:lock"),
+        "{stderr}"
+    );
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,7 +151,6 @@ fn fixed_lease_running_out_terminates_the_command() {
 #[test]
 fn force_unlock_while_running_kills_the_command_with_on_lost_kill() {
     let server = RedisServer::start().unwrap();
-    let started = Instant::now();
     // A 1 s renewed lease: the watchdog checks every ~333 ms.
     let holder = hold(
         &server,
@@ -159,6 +158,8 @@ fn force_unlock_while_running_kills_the_command_with_on_lost_kill() {
         &["--lease", "1s", "--on-lost", "kill"],
         &["sleep", "20"],
     );
+    // The command's 20 s began before the lock was seen.
+    let started = Instant::now();
     let out = run(&server, &["unlock", "--force", "victim"]);
     assert_eq!(out.code, Some(0), "{out:?}");
     let out = finish(holder, started);

@@ -89,8 +89,22 @@ pub fn hold(server: &RedisServer, name: &str, extra: &[&str], cmd: &[&str]) -> C
         .args(extra)
         .arg("--")
         .args(cmd);
-    let child = command.spawn().expect("spawn locksmith");
-    wait_until(|| is_locked(server, name), "the lock to be taken");
+    let mut child = command.spawn().expect("spawn locksmith");
+    // Bounded like an invocation: starting a process and connecting can
+    // take seconds on a loaded machine. A child that exits first has
+    // failed to take the lock: say what it printed.
+    let deadline = Instant::now() + LIMIT;
+    while !is_locked(server, name) {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let out = finish(child, Instant::now());
+            panic!("locksmith run exited with {status} before the lock was seen: {out:?}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the lock to be taken"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child
 }
 
@@ -104,9 +118,10 @@ pub fn is_locked(server: &RedisServer, name: &str) -> bool {
         == 1
 }
 
-/// Polls `cond` until it holds, failing the test after 10 s.
+/// Polls `cond` until it holds, failing the test after [`LIMIT`] (a bound
+/// for a loaded machine, not a speed check).
 pub fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + LIMIT;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
