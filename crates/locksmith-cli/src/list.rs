@@ -7,7 +7,7 @@ use std::time::Duration;
 use locksmith::Client;
 use redis::aio::ConnectionLike;
 
-use crate::exit::CliError;
+use crate::exit::{self, CliError};
 
 /// Arguments of `locksmith list`.
 #[derive(Debug, clap::Args)]
@@ -101,6 +101,29 @@ fn prefixed(prefix: &str, name: &str) -> String {
     }
 }
 
+/// Why one node's scan did not finish: what to say, and the exit code it
+/// earns.
+struct Unfinished {
+    what: String,
+    code: u8,
+}
+
+impl Unfinished {
+    /// A Redis error while `doing` something on `node`: exit 77 for a
+    /// refused login or right, 69 for anything else (no answer, a lost
+    /// connection, a cluster moving or failing over).
+    fn redis(node: &str, doing: &str, e: &redis::RedisError) -> Self {
+        let code = match CliError::Lock(e.clone().into()).exit_code() {
+            exit::NOPERM => exit::NOPERM,
+            _ => exit::UNAVAILABLE,
+        };
+        Unfinished {
+            what: format!("{node}: {doing}: {e}"),
+            code,
+        }
+    }
+}
+
 /// Runs `list` against `url`.
 pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result<u8, CliError> {
     let client = conn.connect().await?;
@@ -108,25 +131,60 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
     // otherwise the client's own connection (its database, credentials,
     // and the current primary behind Sentinel).
     let mut found = Vec::new();
-    let mut unscanned = Vec::new();
+    let mut unfinished = Vec::new();
     let mut examined = 0u64;
     let mut truncated = false;
     if client.topology() == locksmith::Topology::Cluster {
-        for addr in primaries(&client).await? {
+        let (addrs, unserved) = primaries(&client).await?;
+        unfinished.extend(unserved);
+        for addr in addrs {
             let scanned = match client.node_connection(&addr).await {
                 Ok(mut conn) => scan(&mut conn, &addr, &args, &mut found, &mut examined).await,
-                Err(e) => Err(e.to_string()),
+                Err(e) => {
+                    let what = format!("{addr}: {e}");
+                    Err(Unfinished {
+                        code: CliError::Lock(e).exit_code(),
+                        what,
+                    })
+                }
             };
             match scanned {
-                Ok(cut) => truncated |= cut,
-                Err(e) => unscanned.push(format!("{addr}: {e}")),
+                Ok(cut) => truncated = cut,
+                Err(e) => unfinished.push(e),
+            }
+            if truncated {
+                break;
             }
         }
     } else {
+        let addr = client.addr();
         let mut conn = client.connection();
-        match scan(&mut conn, client.addr(), &args, &mut found, &mut examined).await {
+        // Behind Sentinel the connection follows a failover, and a plain
+        // one reconnects after a restart: a cursor then goes on over
+        // another server's keys. The server's run id, before and after,
+        // tells.
+        let scanned = async {
+            let before = run_id(&mut conn)
+                .await
+                .map_err(|e| Unfinished::redis(addr, "INFO", &e))?;
+            let cut = scan(&mut conn, addr, &args, &mut found, &mut examined).await?;
+            let after = run_id(&mut conn)
+                .await
+                .map_err(|e| Unfinished::redis(addr, "INFO", &e))?;
+            if before != after {
+                return Err(Unfinished {
+                    what: format!(
+                        "{addr}: the server changed during the scan (a failover or a restart); \
+                         run list again"
+                    ),
+                    code: exit::UNAVAILABLE,
+                });
+            }
+            Ok(cut)
+        };
+        match scanned.await {
             Ok(cut) => truncated = cut,
-            Err(e) => unscanned.push(format!("{}: {e}", client.addr())),
+            Err(e) => unfinished.push(e),
         }
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
@@ -165,16 +223,35 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
             args.limit, args.max_keys
         );
     }
-    if !unscanned.is_empty() {
+    if let Some(first) = unfinished.first() {
         // What was found is shown, but the listing is incomplete: say so
         // and fail, rather than pass a short listing off as the whole.
+        let what: Vec<&str> = unfinished.iter().map(|u| u.what.as_str()).collect();
         eprintln!(
             "locksmith: could not scan {} (the listing above is incomplete)",
-            unscanned.join("; ")
+            what.join("; ")
         );
-        return Ok(crate::exit::UNAVAILABLE);
+        return Ok(first.code);
     }
     Ok(0)
+}
+
+/// The server's run id (`INFO server`), which changes when another server
+/// answers or the same one restarted; `None` where `INFO` is refused (an
+/// ACL without it, a managed service), which leaves that check out.
+async fn run_id(conn: &mut (impl ConnectionLike + Send)) -> redis::RedisResult<Option<String>> {
+    match redis::cmd("INFO")
+        .arg("server")
+        .query_async::<String>(conn)
+        .await
+    {
+        Ok(text) => Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())),
+        Err(e) if e.code().is_some() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Scans one node for hashes and strings matching the pattern (SCAN ...
@@ -190,7 +267,7 @@ async fn scan(
     args: &ListArgs,
     found: &mut Vec<Object>,
     examined: &mut u64,
-) -> Result<bool, String> {
+) -> Result<bool, Unfinished> {
     for kind in ["hash", "string"] {
         let mut cursor: u64 = 0;
         loop {
@@ -204,7 +281,7 @@ async fn scan(
                 .arg(kind)
                 .query_async(conn)
                 .await
-                .map_err(|e| format!("SCAN: {e}"))?;
+                .map_err(|e| Unfinished::redis(addr, "SCAN", &e))?;
             for key in keys {
                 let Ok(key) = String::from_utf8(key) else {
                     continue;
@@ -216,8 +293,8 @@ async fn scan(
                 match inspect(conn, &key, kind, addr).await {
                     Ok(Some(object)) => found.push(object),
                     Ok(None) => {}
-                    Err(e) if is_reply(&e) => {}
-                    Err(e) => return Err(format!("reading {key}: {e}")),
+                    Err(e) if is_changed(&e) => {}
+                    Err(e) => return Err(Unfinished::redis(addr, &format!("reading {key}"), &e)),
                 }
                 if found.len() as u64 >= args.limit || *examined >= args.max_keys {
                     return Ok(true);
@@ -232,48 +309,108 @@ async fn scan(
     Ok(false)
 }
 
-/// Whether `e` is the server's error reply (`WRONGTYPE` for a key that
-/// changed type meanwhile, `ERR` for a command the server lacks) rather
-/// than a lost, late or garbled reply.
-fn is_reply(e: &redis::RedisError) -> bool {
-    e.code().is_some()
+/// Whether `e` says the key changed between SCAN and its reads: replaced
+/// by a key of another type (a deleted key reads as empty, no error).
+/// Every other error, a server's included (`MOVED` after a failover,
+/// `CLUSTERDOWN`, `LOADING`, `BUSY`, `NOPERM`), ends the node's scan.
+fn is_changed(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
 }
 
-/// `result`, with a server's error reply read as nothing there (see
-/// [`is_reply`]); other errors stay errors.
+/// `result`, with a key that changed type meanwhile (see [`is_changed`])
+/// read as nothing there; other errors stay errors.
 fn or_absent<T: Default>(result: redis::RedisResult<T>) -> redis::RedisResult<T> {
     match result {
-        Err(e) if is_reply(&e) => Ok(T::default()),
+        Err(e) if is_changed(&e) => Ok(T::default()),
         other => other,
     }
 }
 
-/// The primaries to scan on a cluster (`CLUSTER NODES` through the
-/// client), skipping nodes without an address yet.
-async fn primaries(client: &Client) -> Result<Vec<String>, CliError> {
+/// The primaries to scan on a cluster (from `CLUSTER NODES` through the
+/// client): every primary that serves slots. Slots no primary with an
+/// address serves (a primary still in its handshake, slots left
+/// unassigned while the cluster fails over or reshards) come back as
+/// unfinished: their keys cannot be listed. A primary without slots (a
+/// failed one not yet forgotten) has no keys and is left out.
+async fn primaries(client: &Client) -> Result<(Vec<String>, Vec<Unfinished>), CliError> {
     let mut conn = client.connection();
     let nodes: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut conn)
         .await
-        .map_err(|e| CliError::Other(format!("CLUSTER NODES: {e}")))?;
-    Ok(nodes
-        .lines()
-        .filter(|l| {
-            let flags = l.split(' ').nth(2).unwrap_or("");
-            flags.contains("master") && !flags.contains("noaddr") && !flags.contains("handshake")
-        })
-        .filter_map(|l| l.split(' ').nth(1))
-        .map(|a| {
-            let hostport = a.split('@').next().unwrap_or(a);
-            // IPv6 addresses come unbracketed: host is everything before
-            // the last colon.
-            match hostport.rsplit_once(':') {
-                Some((host, port)) if host.contains(':') => format!("[{host}]:{port}"),
-                _ => hostport.to_owned(),
-            }
-        })
-        .collect())
+        .map_err(|e| CliError::Lock(e.into()))?;
+    Ok(plan(&nodes))
+}
+
+/// [`primaries`] from the text of `CLUSTER NODES`.
+fn plan(nodes: &str) -> (Vec<String>, Vec<Unfinished>) {
+    let mut addrs = Vec::new();
+    let mut unfinished = Vec::new();
+    let mut served = 0usize;
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (Some(id), Some(addr), Some(flags)) = (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        if !flags.split(',').any(|f| f == "master") {
+            continue;
+        }
+        let slots: usize = fields
+            .get(8..)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| slot_count(r))
+            .sum();
+        if slots == 0 {
+            continue;
+        }
+        if flags.contains("noaddr") || flags.contains("handshake") {
+            unfinished.push(Unfinished {
+                what: format!("primary {id} (serving {slots} slots) has no address yet"),
+                code: exit::UNAVAILABLE,
+            });
+            continue;
+        }
+        served += slots;
+        let hostport = addr.split('@').next().unwrap_or(addr);
+        // IPv6 addresses come unbracketed: host is everything before the
+        // last colon.
+        addrs.push(match hostport.rsplit_once(':') {
+            Some((host, port)) if host.contains(':') => format!("[{host}]:{port}"),
+            _ => hostport.to_owned(),
+        });
+    }
+    if served < SLOTS {
+        unfinished.push(Unfinished {
+            what: format!(
+                "{} of {SLOTS} slots have no primary to scan (the cluster is failing over or \
+                 resharding)",
+                SLOTS - served
+            ),
+            code: exit::UNAVAILABLE,
+        });
+    }
+    (addrs, unfinished)
+}
+
+/// Slots in a Redis Cluster.
+const SLOTS: usize = 16384;
+
+/// How many slots one slot field of `CLUSTER NODES` names: `N` or `A-B`;
+/// a migration in progress (`[N->-id]`, `[N-<-id]`) names none (its slot
+/// is counted where it is served).
+fn slot_count(range: &str) -> usize {
+    if range.starts_with('[') {
+        return 0;
+    }
+    match range.split_once('-') {
+        Some((a, b)) => match (a.parse::<usize>(), b.parse::<usize>()) {
+            (Ok(a), Ok(b)) if b >= a => b - a + 1,
+            _ => 0,
+        },
+        None => usize::from(range.parse::<usize>().is_ok()),
+    }
 }
 
 /// What `key` (a hash or a string, per `kind`) is, if it is one of ours.
@@ -405,22 +542,65 @@ async fn inspect(
     Ok(None)
 }
 
-/// Clients subscribed to `channel`, classic and sharded (a server without
-/// sharded pub/sub refuses `SHARDNUMSUB`: none there).
+/// Clients subscribed to `channel`, classic and sharded. A server without
+/// sharded pub/sub refuses `SHARDNUMSUB` (none there); on a cluster a
+/// channel whose name hashes elsewhere than its object (a name with a
+/// `{...}` of its own) is answered `MOVED` (its count is not on this
+/// node: none counted). Other errors stay errors.
 async fn numsub(conn: &mut (impl ConnectionLike + Send), channel: &str) -> redis::RedisResult<u64> {
-    let classic: (String, u64) = or_absent(
-        redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(conn)
-            .await,
-    )?;
-    let sharded: (String, u64) = or_absent(
-        redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query_async(conn)
-            .await,
-    )?;
-    Ok(classic.1.max(sharded.1))
+    let classic: (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await?;
+    let sharded: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await;
+    let sharded = match sharded {
+        Ok((_, n)) => n,
+        Err(e) if e.code() == Some("MOVED") => 0,
+        Err(e) if e.code() == Some("ERR") && e.to_string().to_lowercase().contains("unknown") => 0,
+        Err(e) => return Err(e),
+    };
+    Ok(classic.1.max(sharded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_primary_serving_slots_is_scanned() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461->-b2]
+b2 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922
+c3 ::1:7002@17002 master - 0 1 3 connected 10923 10924-16383
+d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
+e5 127.0.0.1:7004@17004 master,fail - 0 1 4 disconnected
+";
+        let (addrs, unfinished) = plan(nodes);
+        assert_eq!(addrs, ["127.0.0.1:7000", "127.0.0.1:7001", "[::1]:7002"]);
+        assert!(
+            unfinished.is_empty(),
+            "a failed primary without slots is no gap"
+        );
+    }
+
+    #[test]
+    fn slots_without_a_reachable_primary_are_a_gap() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 3-5460
+b2 :0@0 master,noaddr - 0 1 2 disconnected 5461-10922
+c3 127.0.0.1:7002@17002 master - 0 1 3 connected 10923-16383
+";
+        let (addrs, unfinished) = plan(nodes);
+        assert_eq!(addrs, ["127.0.0.1:7000", "127.0.0.1:7002"]);
+        let what: Vec<&str> = unfinished.iter().map(|u| u.what.as_str()).collect();
+        assert_eq!(what.len(), 2, "{what:?}");
+        assert!(what[0].contains("b2 (serving 5462 slots)"), "{what:?}");
+        assert!(what[1].starts_with("5465 of 16384 slots"), "{what:?}");
+        assert!(unfinished.iter().all(|u| u.code == exit::UNAVAILABLE));
+    }
 }

@@ -143,7 +143,7 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
     let child = match child {
         Ok(child) => child,
         Err(source) => {
-            let _ = held.release().await;
+            release_or_warn(held, &what).await;
             target.close().await;
             return Err(CliError::Spawn {
                 command: args.command[0].clone(),
@@ -163,7 +163,7 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
     let (status, lost) = match watched {
         Ok(watched) => watched,
         Err(e) => {
-            let _ = held.release().await;
+            release_or_warn(held, &what).await;
             target.close().await;
             return Err(CliError::Other(format!(
                 "waiting for the command failed: {e}"
@@ -204,6 +204,15 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
             );
             Ok(code)
         }
+    }
+}
+
+/// Releases `held` after the command could not run or be waited on; a
+/// release that fails is said (the lock then stays until its lease runs
+/// out), as after a command that ran.
+async fn release_or_warn(held: Held, what: &str) {
+    if let Err(e) = held.release().await {
+        eprintln!("locksmith: warning: could not release {what} ({e}); it expires with its lease");
     }
 }
 

@@ -1105,15 +1105,21 @@ impl Client {
     /// `node_client(addr)?.get_multiplexed_async_connection()`, whose
     /// redis-rs defaults give every command half a second: on a loaded
     /// server a tool would see timeouts the client's own commands ride out.
+    /// With rotating credentials the connection re-authenticates whenever
+    /// they change, like the client's own.
     ///
     /// # Errors
     /// As for [`node_client`](Self::node_client), and [`Error::Connect`]
-    /// when the node cannot be reached in time.
+    /// when the node cannot be reached in time or refuses the connection
+    /// ([`Error::kind`] tells a refused login, `Auth`, and a failed TLS
+    /// handshake, `Tls`, from an unreachable node, `Connection`).
     pub async fn node_connection(&self, addr: &str) -> Result<redis::aio::MultiplexedConnection> {
         let client = self.node_client(addr)?;
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config().connect_timeout))
-            .set_response_timeout(Some(self.config().command_timeout));
+        let config = self.inner.security.node_config(
+            redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.config().connect_timeout))
+                .set_response_timeout(Some(self.config().command_timeout)),
+        );
         client
             .get_multiplexed_async_connection_with_config(&config)
             .await

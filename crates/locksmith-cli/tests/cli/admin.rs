@@ -125,3 +125,29 @@ fn unreachable_redis_names_the_address() {
     let out = finish(cmd.spawn().unwrap(), Instant::now());
     assert_eq!(out.code, Some(69), "{out:?}");
 }
+
+/// `unlock --force` on a name that holds something other than a lock (a
+/// semaphore's count, a read-write lock) refuses and deletes nothing.
+#[test]
+fn unlock_force_leaves_other_kinds_alone() {
+    let server = RedisServer::start().unwrap();
+    let mut conn = server.connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("permits")
+        .arg(3)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("rw")
+        .arg("mode")
+        .arg("read")
+        .query(&mut conn)
+        .unwrap();
+    for name in ["permits", "rw"] {
+        let out = run(&server, &["unlock", "--force", name]);
+        assert_eq!(out.code, Some(70), "{out:?}");
+        assert!(out.stderr.contains("wrong type"), "{out:?}");
+        let exists: i64 = redis::cmd("EXISTS").arg(name).query(&mut conn).unwrap();
+        assert_eq!(exists, 1, "{name} kept");
+    }
+}

@@ -217,6 +217,39 @@ async fn a_reply_lost_while_reading_a_key_fails_the_listing() {
     guard.release().await.unwrap();
 }
 
+/// A server's error reply while a key is read (here `NOPERM`: a user
+/// who may not read the key's fields) fails the listing with its code
+/// (77 for a refused right) rather than leaving the key out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_read_fails_the_listing_with_its_code() {
+    let server = RedisServer::start().unwrap();
+    let mut admin = server.connection().unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("lister")
+        .arg(&["on", ">l1ster", "~*", "&*", "+@all", "-hgetall"][..])
+        .query(&mut admin)
+        .unwrap();
+    let client = Client::open(&server.url()).await.unwrap();
+    let guard = client.lock("n:lock").unwrap().lock().await.unwrap();
+    let url = format!("redis://lister:l1ster@{}", server.addr());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+            .args(["--redis", &url, "list", "--json"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("n:lock") && stderr.contains("hgetall"),
+        "{stderr}"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_in_the_url_is_the_one_listed() {
     let server = RedisServer::start().unwrap();

@@ -510,6 +510,19 @@ impl Security {
         }
     }
 
+    /// A node connection's options, with the rotating credentials (the
+    /// connection re-authenticates on each change), as for
+    /// [`manager_config`](Self::manager_config).
+    pub(crate) fn node_config(
+        &self,
+        config: redis::AsyncConnectionConfig,
+    ) -> redis::AsyncConnectionConfig {
+        match &self.rotation {
+            Some(rotation) => config.set_credentials_provider(rotation.clone()),
+            None => config,
+        }
+    }
+
     /// `client` authenticating with the latest rotating credentials (a
     /// pub/sub connection, which cannot re-authenticate once subscribed,
     /// takes them whenever it is opened again).

@@ -43,6 +43,13 @@ async fn every_bad_input_maps_to_its_error_kind() {
     let long = "x".repeat(70 * 1024);
     let lease_zero = Duration::ZERO;
     use ErrorKind::*;
+    // Held through the cases: a forced unlock must leave it.
+    let rw_read = client
+        .read_write_lock("rw-forced")
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
     let cases: Vec<Case<'_>> = vec![
         // Names.
         case("empty lock name", InvalidArgument, async {
@@ -169,6 +176,20 @@ async fn every_bad_input_maps_to_its_error_kind() {
         case("fenced store on a list", WrongType, async {
             client.fenced_store("a-list")?.write(1, b"x").await
         }),
+        // A forced unlock of a key of another kind leaves it alone.
+        case("force unlock of a string", WrongType, async {
+            client.lock("a-string")?.force_unlock().await
+        }),
+        case("force unlock of a read-write lock", WrongType, async {
+            client.lock("rw-forced")?.force_unlock().await
+        }),
+        case("simple force unlock of a count", WrongType, async {
+            client.semaphore("a-count")?.try_set_permits(3).await?;
+            client.simple_lock("a-count")?.force_unlock().await
+        }),
+        case("simple force unlock of a hash", WrongType, async {
+            client.simple_lock("a-hash")?.force_unlock().await
+        }),
         // Release by a non-owner, and a reader asking to write.
         case("permit never issued", NotHeld, async {
             client
@@ -199,6 +220,17 @@ async fn every_bad_input_maps_to_its_error_kind() {
     // Bad input changed nothing it was refused on.
     let value: String = redis::cmd("GET").arg("a-string").query(&mut conn).unwrap();
     assert_eq!(value, "v");
+    let count: String = redis::cmd("GET").arg("a-count").query(&mut conn).unwrap();
+    assert_eq!(count, "3");
+    let mode: Option<String> = redis::cmd("HGET")
+        .arg("rw-forced")
+        .arg("mode")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(mode.as_deref(), Some("read"), "the read hold stays");
+    rw_read.release().await.unwrap();
+    let fields: i64 = redis::cmd("HLEN").arg("a-hash").query(&mut conn).unwrap();
+    assert_eq!(fields, 1);
 }
 
 /// A TCP server on a free port that does `serve` with each connection.

@@ -81,7 +81,9 @@ async fn shares_a_lock_with_a_plain_set_nx_client() {
 
 #[tokio::test]
 async fn fixed_lease_runs_out_and_watchdog_renews() {
-    let (_server, client) = setup(Duration::from_millis(600)).await;
+    // The watchdog's lease: 1.5 s, so a loaded machine's stall of a
+    // second does not pass for a loss (renewals every 500 ms).
+    let (_server, client) = setup(Duration::from_millis(1500)).await;
     let fixed = client
         .simple_lock("simple-lease")
         .unwrap()
@@ -102,7 +104,8 @@ async fn fixed_lease_runs_out_and_watchdog_renews() {
 
     let watched = client.simple_lock("simple-watched").unwrap();
     let guard = watched.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // Past two leases.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     assert!(!guard.is_lost());
     assert!(watched.is_locked().await.unwrap());
     guard.release().await.unwrap();

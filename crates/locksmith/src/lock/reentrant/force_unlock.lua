@@ -3,9 +3,28 @@
 -- KEYS[2]  release channel
 -- ARGV[1]  the unlock message (0)
 -- ARGV[2]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
--- Returns 1 if a lock was deleted, 0 if there was none.
-if redis.call('del', KEYS[1]) == 1 then
-    announce(KEYS[2], ARGV[1], ARGV[2])
-    return 1
+-- ARGV[3]  the key's type for this kind of lock: 'hash' (a lock) or
+--          'string' (a simple lock)
+-- Returns 1 if a lock was deleted, 0 if there was none. Any other key
+-- under the name (a semaphore, a latch, a read-write lock, an
+-- application's own data) is left alone with a WRONGTYPE error.
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+    return 0
 end
-return 0
+local other = kind ~= ARGV[3]
+if not other and kind == 'hash' then
+    -- A read-write lock's hash has a mode field.
+    other = redis.call('hexists', KEYS[1], 'mode') == 1
+elseif not other then
+    -- A simple lock holds its holder's 32-hex-digit token; a semaphore's
+    -- or a latch's count is a number.
+    local token = redis.call('get', KEYS[1])
+    other = #token ~= 32 or string.match(token, '^%x+$') == nil
+end
+if other then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock of this kind')
+end
+redis.call('del', KEYS[1])
+announce(KEYS[2], ARGV[1], ARGV[2])
+return 1

@@ -364,14 +364,22 @@ impl Lock {
     /// the next renewal. Returns whether a lock was deleted.
     ///
     /// # Errors
-    /// Connection errors and timeouts.
+    /// Connection errors and timeouts. [`Error::WrongType`] when the key
+    /// holds something else (a semaphore, a latch, a simple lock, a
+    /// read-write lock, any other data), which is left alone.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,
     /// the lock may or may not have been deleted (and its waiters woken);
     /// [`Lock::is_locked`] shows where it stands. Nothing else is left behind.
     pub async fn force_unlock(&self) -> Result<bool> {
-        force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
+        force_unlock(
+            &self.shared.client,
+            &self.shared.name,
+            &self.shared.channel,
+            "hash",
+        )
+        .await
     }
 
     fn map_err(&self, err: redis::RedisError) -> Error {
@@ -725,13 +733,20 @@ pub(in crate::lock) async fn key_exists(client: &Client, name: &str) -> Result<b
 }
 
 /// Deletes a lock key whoever holds it and publishes the release message
-/// (shared by both lock kinds).
+/// (shared by both lock kinds). `layout` is the key's type for the kind
+/// (`hash` for a lock, `string` for a simple lock): any other key under
+/// the name is left alone with [`Error::WrongType`].
 pub(in crate::lock) async fn force_unlock(
     client: &Client,
     name: &str,
     channel: &str,
+    layout: &str,
 ) -> Result<bool> {
-    let args = (crate::lock::UNLOCK_MESSAGE, client.notify_mode().code());
+    let args = (
+        crate::lock::UNLOCK_MESSAGE,
+        client.notify_mode().code(),
+        layout,
+    );
     let deleted: i64 = client
         .run_script(&scripts::FORCE_UNLOCK, &[name, channel], args)
         .await?;

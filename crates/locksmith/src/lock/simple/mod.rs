@@ -148,7 +148,9 @@ impl SimpleLock {
     /// Deletes the lock whoever holds it; returns whether it existed.
     ///
     /// # Errors
-    /// Connection errors and timeouts.
+    /// Connection errors and timeouts. [`Error::WrongType`] when the key
+    /// holds something else (a semaphore's or a latch's count, a
+    /// reentrant lock, any other data), which is left alone.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,
@@ -156,7 +158,13 @@ impl SimpleLock {
     /// [`SimpleLock::is_locked`] shows where it stands. Nothing else is left
     /// behind.
     pub async fn force_unlock(&self) -> Result<bool> {
-        super::force_unlock(&self.shared.client, &self.shared.name, &self.shared.channel).await
+        super::force_unlock(
+            &self.shared.client,
+            &self.shared.name,
+            &self.shared.channel,
+            "string",
+        )
+        .await
     }
 
     fn lease(&self) -> Duration {
