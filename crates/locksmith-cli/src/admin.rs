@@ -182,8 +182,10 @@ async fn counter(client: &Client, name: &str) -> Result<i64, CliError> {
     Ok(client.semaphore(name)?.available().await?)
 }
 
-/// Deletes lock `name` and wakes its waiters; refuses without `--force`
-/// because the holder keeps running until its next renewal notices.
+/// Deletes lock `name` (a lock or fair lock, a read-write lock, or a
+/// simple lock, by its key's type) and wakes its waiters; refuses without
+/// `--force` because the holder keeps running until its next renewal
+/// notices. Anything else under the name is refused and left alone.
 pub(crate) async fn unlock(
     conn: &crate::conn::ConnArgs,
     name: &str,
@@ -196,7 +198,29 @@ pub(crate) async fn unlock(
         )));
     }
     let client = conn.connect().await?;
-    if client.lock(name)?.force_unlock().await? {
+    let mut redis = client.connection();
+    let layout: String = redis::cmd("TYPE")
+        .arg(name)
+        .query_async(&mut redis)
+        .await
+        .map_err(|e| CliError::Lock(e.into()))?;
+    let read_write = layout == "hash"
+        && redis::cmd("HEXISTS")
+            .arg(name)
+            .arg("mode")
+            .query_async::<bool>(&mut redis)
+            .await
+            .map_err(|e| CliError::Lock(e.into()))?;
+    // Each force unlock checks the key's type again as it deletes, and
+    // refuses a key of another kind (a count, a list, ...).
+    let deleted = if read_write {
+        client.read_write_lock(name)?.force_unlock().await?
+    } else if layout == "string" {
+        client.simple_lock(name)?.force_unlock().await?
+    } else {
+        client.lock(name)?.force_unlock().await?
+    };
+    if deleted {
         eprintln!("locksmith: unlocked {name:?}");
     } else {
         eprintln!("locksmith: {name:?} was not locked");

@@ -110,17 +110,23 @@ struct Unfinished {
 
 impl Unfinished {
     /// A Redis error while `doing` something on `node`: exit 77 for a
-    /// refused login or right, 69 for anything else (no answer, a lost
+    /// refused right (`NOPERM`), 69 for anything else (no answer, a lost
     /// connection, a cluster moving or failing over).
     fn redis(node: &str, doing: &str, e: &redis::RedisError) -> Self {
-        let code = match CliError::Lock(e.clone().into()).exit_code() {
-            exit::NOPERM => exit::NOPERM,
-            _ => exit::UNAVAILABLE,
-        };
         Unfinished {
             what: format!("{node}: {doing}: {e}"),
-            code,
+            code: narrowed(&CliError::Lock(e.clone().into())),
         }
+    }
+}
+
+/// 77 for an error that is a refused login or right, 69 for any other: a
+/// node that could not be scanned, whatever the cause, leaves the listing
+/// incomplete.
+fn narrowed(e: &CliError) -> u8 {
+    match e.exit_code() {
+        exit::NOPERM => exit::NOPERM,
+        _ => exit::UNAVAILABLE,
     }
 }
 
@@ -143,7 +149,7 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
                 Err(e) => {
                     let what = format!("{addr}: {e}");
                     Err(Unfinished {
-                        code: CliError::Lock(e).exit_code(),
+                        code: narrowed(&CliError::Lock(e)),
                         what,
                     })
                 }
@@ -223,7 +229,7 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
             args.limit, args.max_keys
         );
     }
-    if let Some(first) = unfinished.first() {
+    if !unfinished.is_empty() {
         // What was found is shown, but the listing is incomplete: say so
         // and fail, rather than pass a short listing off as the whole.
         let what: Vec<&str> = unfinished.iter().map(|u| u.what.as_str()).collect();
@@ -231,14 +237,22 @@ pub(crate) async fn list(conn: &crate::conn::ConnArgs, args: ListArgs) -> Result
             "locksmith: could not scan {} (the listing above is incomplete)",
             what.join("; ")
         );
-        return Ok(first.code);
+        // A refused right is the one to fix first: it says so whichever
+        // node it came from.
+        let code = unfinished
+            .iter()
+            .map(|u| u.code)
+            .find(|&c| c == exit::NOPERM)
+            .unwrap_or(exit::UNAVAILABLE);
+        return Ok(code);
     }
     Ok(0)
 }
 
 /// The server's run id (`INFO server`), which changes when another server
-/// answers or the same one restarted; `None` where `INFO` is refused (an
-/// ACL without it, a managed service), which leaves that check out.
+/// answers or the same one restarted; `None` where the server does not
+/// say (`INFO` refused by the ACL or unknown to a proxy, no `run_id`
+/// line), which leaves that check out. Other errors are errors.
 async fn run_id(conn: &mut (impl ConnectionLike + Send)) -> redis::RedisResult<Option<String>> {
     match redis::cmd("INFO")
         .arg("server")
@@ -249,9 +263,14 @@ async fn run_id(conn: &mut (impl ConnectionLike + Send)) -> redis::RedisResult<O
             .lines()
             .find_map(|l| l.strip_prefix("run_id:"))
             .map(|id| id.trim().to_owned())),
-        Err(e) if e.code().is_some() => Ok(None),
+        Err(e) if e.code() == Some("NOPERM") || is_unknown_command(&e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `e` is a server's "unknown command / subcommand" reply.
+fn is_unknown_command(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.to_string().to_lowercase().contains("unknown")
 }
 
 /// Scans one node for hashes and strings matching the pattern (SCAN ...
@@ -317,11 +336,14 @@ fn is_changed(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE")
 }
 
-/// `result`, with a key that changed type meanwhile (see [`is_changed`])
-/// read as nothing there; other errors stay errors.
+/// A companion key's read (a fair queue, a permit zset, a fencing
+/// counter), with a key of another type read as nothing there, and on a
+/// cluster a companion in another slot than its object (a name whose own
+/// `{...}` is empty or unclosed, so the companion hashes elsewhere)
+/// likewise: it belongs to no object of ours. Other errors stay errors.
 fn or_absent<T: Default>(result: redis::RedisResult<T>) -> redis::RedisResult<T> {
     match result {
-        Err(e) if is_changed(&e) => Ok(T::default()),
+        Err(e) if is_changed(&e) || matches!(e.code(), Some("MOVED" | "ASK")) => Ok(T::default()),
         other => other,
     }
 }
@@ -543,10 +565,11 @@ async fn inspect(
 }
 
 /// Clients subscribed to `channel`, classic and sharded. A server without
-/// sharded pub/sub refuses `SHARDNUMSUB` (none there); on a cluster a
-/// channel whose name hashes elsewhere than its object (a name with a
-/// `{...}` of its own) is answered `MOVED` (its count is not on this
-/// node: none counted). Other errors stay errors.
+/// sharded pub/sub refuses `SHARDNUMSUB`, and so does an ACL user without
+/// that right (none counted); on a cluster a channel whose name hashes
+/// elsewhere than its object (a name with a `{...}` of its own) is
+/// answered `MOVED` (its count is not on this node: none counted). Other
+/// errors stay errors.
 async fn numsub(conn: &mut (impl ConnectionLike + Send), channel: &str) -> redis::RedisResult<u64> {
     let classic: (String, u64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
@@ -560,8 +583,9 @@ async fn numsub(conn: &mut (impl ConnectionLike + Send), channel: &str) -> redis
         .await;
     let sharded = match sharded {
         Ok((_, n)) => n,
-        Err(e) if e.code() == Some("MOVED") => 0,
-        Err(e) if e.code() == Some("ERR") && e.to_string().to_lowercase().contains("unknown") => 0,
+        // An ACL user without `pubsub|shardnumsub` (the library needs it
+        // only for sharded notifications) counts the classic listeners.
+        Err(e) if matches!(e.code(), Some("MOVED" | "NOPERM")) || is_unknown_command(&e) => 0,
         Err(e) => return Err(e),
     };
     Ok(classic.1.max(sharded))

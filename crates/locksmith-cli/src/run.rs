@@ -211,8 +211,20 @@ pub(crate) async fn run(conn: &crate::conn::ConnArgs, args: RunArgs) -> Result<u
 /// release that fails is said (the lock then stays until its lease runs
 /// out), as after a command that ran.
 async fn release_or_warn(held: Held, what: &str) {
-    if let Err(e) = held.release().await {
-        eprintln!("locksmith: warning: could not release {what} ({e}); it expires with its lease");
+    match held.release().await {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotHeld => {
+            eprintln!("locksmith: warning: {what} was lost already ({e})");
+        }
+        Err(e) if e.kind() == ErrorKind::Unconfirmed => {
+            eprintln!(
+                "locksmith: warning: the release of {what} is unconfirmed ({e}); \
+                 it is not held any more"
+            );
+        }
+        Err(e) => eprintln!(
+            "locksmith: warning: could not release {what} ({e}); it expires with its lease"
+        ),
     }
 }
 

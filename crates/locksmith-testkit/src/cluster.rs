@@ -27,7 +27,7 @@ const NODE_TIMEOUT_MS: u64 = 2000;
 /// machine; one still "waiting for the cluster to join" after this is
 /// stuck (seen under the full suite's load with the bus over TLS), and a
 /// fresh set of nodes does better than more waiting.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+const CREATE_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// How many fresh sets of nodes a start tries when a create is stuck.
 const CREATE_ATTEMPTS: usize = 3;

@@ -50,6 +50,7 @@ catalogue! {
     RW_ACQUIRE = "lock/rw/acquire" after [BATCH, ANNOUNCE, include_str!("lock/rw/common.lua")];
     RW_RELEASE = "lock/rw/release" after [ANNOUNCE, RECEIPT, include_str!("lock/rw/common.lua")];
     RW_INFO (read) = "lock/rw/info";
+    RW_FORCE_UNLOCK (once) = "lock/rw/force_unlock" after [ANNOUNCE];
     SEMAPHORE_ACQUIRE (once) = "semaphore/counting/acquire" after [BATCH];
     SEMAPHORE_UPDATE (once) = "semaphore/counting/update" after [ANNOUNCE];
     EXPIRABLE_ACQUIRE = "semaphore/expirable/acquire"

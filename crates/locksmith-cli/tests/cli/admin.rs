@@ -127,7 +127,7 @@ fn unreachable_redis_names_the_address() {
 }
 
 /// `unlock --force` on a name that holds something other than a lock (a
-/// semaphore's count, a read-write lock) refuses and deletes nothing.
+/// semaphore's count, a list) refuses and deletes nothing.
 #[test]
 fn unlock_force_leaves_other_kinds_alone() {
     let server = RedisServer::start().unwrap();
@@ -137,17 +137,46 @@ fn unlock_force_leaves_other_kinds_alone() {
         .arg(3)
         .query(&mut conn)
         .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("rw")
-        .arg("mode")
-        .arg("read")
+    let _: () = redis::cmd("RPUSH")
+        .arg("jobs")
+        .arg("a")
         .query(&mut conn)
         .unwrap();
-    for name in ["permits", "rw"] {
+    for name in ["permits", "jobs"] {
         let out = run(&server, &["unlock", "--force", name]);
         assert_eq!(out.code, Some(70), "{out:?}");
         assert!(out.stderr.contains("wrong type"), "{out:?}");
         let exists: i64 = redis::cmd("EXISTS").arg(name).query(&mut conn).unwrap();
         assert_eq!(exists, 1, "{name} kept");
     }
+}
+
+/// `unlock --force` frees a read-write lock held by `run --write-lock`
+/// (whose command is then signalled: it lost the lock) and a simple lock
+/// another client took with its own token.
+#[test]
+fn unlock_force_frees_read_write_and_simple_locks() {
+    let server = RedisServer::start().unwrap();
+    let mut command = locksmith(&server);
+    command
+        .args(["run", "--write-lock", "rw-job", "--lease", "1s", "--"])
+        .args(["sleep", "20"]);
+    let mut holder = command.spawn().expect("spawn locksmith");
+    common::wait_until(|| is_locked(&server, "rw-job"), "the write lock");
+    let out = run(&server, &["unlock", "--force", "rw-job"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("unlocked"), "{out:?}");
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(70));
+
+    let mut conn = server.connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("peer")
+        .arg("python-token")
+        .arg("PX")
+        .arg(20_000)
+        .query(&mut conn)
+        .unwrap();
+    let out = run(&server, &["unlock", "--force", "peer"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!is_locked(&server, "peer"));
 }

@@ -21,6 +21,7 @@ crate::on_every_topology!(
     bad_input_is_refused_and_changes_nothing,
     a_redisson_client_shares_the_lock,
     the_lock_outlives_every_hold_in_it,
+    force_unlock_frees_either_mode_and_wakes_waiters,
 );
 
 /// Who is inside, as the checker sees it.
@@ -513,4 +514,68 @@ async fn the_lock_outlives_every_hold_in_it(env: Env) {
     );
     drop(first);
     read.release().await.unwrap();
+}
+
+/// `force_unlock` deletes the lock in either mode, wakes the waiters of
+/// the other side, and the holders learn of the loss at their next
+/// renewal; a free name answers false and a plain lock's key is refused.
+async fn force_unlock_frees_either_mode_and_wakes_waiters(env: Env) {
+    let client = env.client(Duration::from_secs(1)).await;
+    let name = env.name("rw-forced");
+    let admin = client.read_write_lock(name.clone()).unwrap();
+    let read = client
+        .read_write_lock(name.clone())
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let writer = {
+        let lock = client.read_write_lock(name.clone()).unwrap();
+        tokio::spawn(async move { lock.try_write_for(Duration::from_secs(20)).await })
+    };
+    // The writer waits behind the reader.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished());
+    assert!(admin.force_unlock().await.unwrap());
+    let write = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the waiting writer is woken")
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    tokio::time::timeout(Duration::from_secs(5), read.lost().wait())
+        .await
+        .expect("the reader learns it lost the lock");
+    assert_eq!(read.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+
+    let reader = {
+        let lock = client.read_write_lock(name.clone()).unwrap();
+        tokio::spawn(async move { lock.try_read_for(Duration::from_secs(20)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!reader.is_finished());
+    assert!(admin.force_unlock().await.unwrap());
+    let again = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the waiting reader is woken")
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    tokio::time::timeout(Duration::from_secs(5), write.lost().wait())
+        .await
+        .expect("the writer learns it lost the lock");
+    again.release().await.unwrap();
+    assert!(!admin.force_unlock().await.unwrap(), "nothing to delete");
+
+    let plain = env.name("rw-forced-plain");
+    let held = client.lock(plain.clone()).unwrap().lock().await.unwrap();
+    let err = client
+        .read_write_lock(plain)
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert!(!held.is_lost());
+    held.release().await.unwrap();
 }

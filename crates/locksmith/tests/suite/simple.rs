@@ -111,3 +111,38 @@ async fn fixed_lease_runs_out_and_watchdog_renews() {
     guard.release().await.unwrap();
     assert!(!watched.is_locked().await.unwrap());
 }
+
+/// A lock another client took with its own token (not locksmith's 32 hex
+/// digits) is force-unlocked; a number under the name (a semaphore's
+/// count) is refused and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_frees_a_peers_token_and_refuses_a_count() {
+    let (server, client) = setup(Duration::from_secs(10)).await;
+    let mut plain = server.connection().unwrap();
+    for token in ["python-token", "6f1c1a4e-2b0d-4c5e-9a41-3e0f5b7d9c21"] {
+        let _: () = redis::cmd("SET")
+            .arg("peer-simple")
+            .arg(token)
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut plain)
+            .unwrap();
+        let lock = client.simple_lock("peer-simple").unwrap();
+        assert!(lock.force_unlock().await.unwrap(), "{token}");
+        assert!(!lock.is_locked().await.unwrap(), "{token}");
+    }
+    let _: () = redis::cmd("SET")
+        .arg("a-count")
+        .arg(3)
+        .query(&mut plain)
+        .unwrap();
+    let err = client
+        .simple_lock("a-count")
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), locksmith::ErrorKind::WrongType, "{err}");
+    let kept: String = redis::cmd("GET").arg("a-count").query(&mut plain).unwrap();
+    assert_eq!(kept, "3");
+}

@@ -5,9 +5,10 @@
 -- ARGV[2]  how to announce: 'p' PUBLISH, 's' SPUBLISH, 'b' both
 -- ARGV[3]  the key's type for this kind of lock: 'hash' (a lock) or
 --          'string' (a simple lock)
--- Returns 1 if a lock was deleted, 0 if there was none. Any other key
--- under the name (a semaphore, a latch, a read-write lock, an
--- application's own data) is left alone with a WRONGTYPE error.
+-- Returns 1 if a lock was deleted, 0 if there was none. A key of another
+-- kind under the name (another type; for a lock, a read-write lock's hash;
+-- for a simple lock, a number: a semaphore's or a latch's count) is left
+-- alone with a WRONGTYPE error.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
     return 0
@@ -17,10 +18,10 @@ if not other and kind == 'hash' then
     -- A read-write lock's hash has a mode field.
     other = redis.call('hexists', KEYS[1], 'mode') == 1
 elseif not other then
-    -- A simple lock holds its holder's 32-hex-digit token; a semaphore's
-    -- or a latch's count is a number.
-    local token = redis.call('get', KEYS[1])
-    other = #token ~= 32 or string.match(token, '^%x+$') == nil
+    -- A simple lock holds its holder's token: whatever the client chose
+    -- (locksmith's 32 hex digits, another client's UUID or text), but not
+    -- a number, which is a semaphore's or a latch's count.
+    other = string.match(redis.call('get', KEYS[1]), '^-?%d+$') ~= nil
 end
 if other then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock of this kind')

@@ -365,8 +365,9 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors and timeouts. [`Error::WrongType`] when the key
-    /// holds something else (a semaphore, a latch, a simple lock, a
-    /// read-write lock, any other data), which is left alone.
+    /// is not a hash (a semaphore, a latch, a simple lock) or is a
+    /// read-write lock's (use [`ReadWriteLock::force_unlock`]
+    /// (crate::ReadWriteLock::force_unlock)); it is left alone.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,

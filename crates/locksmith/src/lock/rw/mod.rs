@@ -339,6 +339,35 @@ impl ReadWriteLock {
         Ok(info)
     }
 
+    /// Deletes the lock whatever its mode and whoever holds it, and wakes
+    /// every waiter, readers and writers (Redisson's read and write
+    /// `forceUnlock` each do this for one mode). An admin operation: the
+    /// holders are not told except through their lost signal at the next
+    /// renewal. Returns whether a lock was deleted.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts. [`Error::WrongType`] when the key
+    /// holds something else (a lock, a semaphore, other data), which is
+    /// left alone.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the command was
+    /// sent, the lock may or may not have been deleted (and its waiters
+    /// woken); [`ReadWriteLock::info`] shows where it stands. Nothing else
+    /// is left behind.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let shared = &self.shared;
+        let deleted: i64 = shared
+            .client
+            .run_script(
+                &scripts::RW_FORCE_UNLOCK,
+                &[&*shared.name, &*shared.channel],
+                (shared.client.notify_mode().code(),),
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
     fn lease(&self) -> Duration {
         self.lease
             .unwrap_or_else(|| self.shared.client.config().lease)

@@ -149,8 +149,9 @@ impl SimpleLock {
     ///
     /// # Errors
     /// Connection errors and timeouts. [`Error::WrongType`] when the key
-    /// holds something else (a semaphore's or a latch's count, a
-    /// reentrant lock, any other data), which is left alone.
+    /// holds something else: a number (a semaphore's or a latch's count)
+    /// or a key of another type (a lock's hash), which is left alone. Any
+    /// other string is a holder's token, whoever wrote it.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,
