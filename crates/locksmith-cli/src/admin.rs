@@ -141,6 +141,8 @@ pub(crate) async fn describe(
 /// same layout).
 async fn detect(client: &Client, name: &str) -> Result<Option<Kind>, CliError> {
     let mut conn = client.connection();
+    // The key the library uses for the name (under --key-prefix).
+    let name = &key_of(client, name);
     let failed = |e: redis::RedisError| CliError::Other(format!("inspecting {name:?}: {e}"));
     let kind: String = redis::cmd("TYPE")
         .arg(name)
@@ -177,6 +179,12 @@ async fn detect(client: &Client, name: &str) -> Result<Option<Kind>, CliError> {
     }
 }
 
+/// The key `name` has for `client`: the name under the client's key
+/// prefix (`--key-prefix`), as every primitive makes it.
+fn key_of(client: &Client, name: &str) -> String {
+    format!("{}{name}", client.key_prefix())
+}
+
 /// The number a string key holds (a semaphore's or a latch's count).
 async fn counter(client: &Client, name: &str) -> Result<i64, CliError> {
     Ok(client.semaphore(name)?.available().await?)
@@ -199,22 +207,35 @@ pub(crate) async fn unlock(
     }
     let client = conn.connect().await?;
     let mut redis = client.connection();
+    let key = key_of(&client, name);
+    let failed = |e: redis::RedisError| CliError::Lock(e.into());
     let layout: String = redis::cmd("TYPE")
-        .arg(name)
+        .arg(&key)
         .query_async(&mut redis)
         .await
-        .map_err(|e| CliError::Lock(e.into()))?;
+        .map_err(failed)?;
     let read_write = layout == "hash"
         && redis::cmd("HEXISTS")
-            .arg(name)
+            .arg(&key)
             .arg("mode")
             .query_async::<bool>(&mut redis)
             .await
-            .map_err(|e| CliError::Lock(e.into()))?;
+            .map_err(failed)?;
+    // A fair lock keeps its queue beside the hash; its force unlock wakes
+    // the head of the queue, which listens on a channel of its own.
+    let fair = layout == "hash"
+        && !read_write
+        && redis::cmd("EXISTS")
+            .arg(crate::list::prefixed("redisson_lock_queue", &key))
+            .query_async::<bool>(&mut redis)
+            .await
+            .map_err(failed)?;
     // Each force unlock checks the key's type again as it deletes, and
     // refuses a key of another kind (a count, a list, ...).
     let deleted = if read_write {
         client.read_write_lock(name)?.force_unlock().await?
+    } else if fair {
+        client.fair_lock(name)?.force_unlock().await?
     } else if layout == "string" {
         client.simple_lock(name)?.force_unlock().await?
     } else {

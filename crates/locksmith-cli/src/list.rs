@@ -93,7 +93,7 @@ fn suffixed(name: &str, suffix: &str) -> String {
 }
 
 /// A companion key with a prefix: `prefix:{NAME}` (or `prefix:NAME`).
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
         format!("{prefix}:{name}")
     } else {
@@ -336,14 +336,39 @@ fn is_changed(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE")
 }
 
-/// A companion key's read (a fair queue, a permit zset, a fencing
-/// counter), with a key of another type read as nothing there, and on a
-/// cluster a companion in another slot than its object (a name whose own
-/// `{...}` is empty or unclosed, so the companion hashes elsewhere)
-/// likewise: it belongs to no object of ours. Other errors stay errors.
-fn or_absent<T: Default>(result: redis::RedisResult<T>) -> redis::RedisResult<T> {
-    match result {
-        Err(e) if is_changed(&e) || matches!(e.code(), Some("MOVED" | "ASK")) => Ok(T::default()),
+/// `command companion` for `key`'s companion key (a fair queue, a permit
+/// zset, a fencing counter), with a key of another type read as nothing
+/// there. On a cluster a companion in another slot than its object (a
+/// name whose own `{...}` is empty or unclosed, so the companion hashes
+/// elsewhere) is answered `MOVED`: it belongs to no object of ours, also
+/// nothing there. A `MOVED` or `ASK` for a companion in the object's own
+/// slot (a failover or a migration between two reads) and every other
+/// error stay errors.
+async fn companion<T: redis::FromRedisValue + Default>(
+    conn: &mut (impl ConnectionLike + Send),
+    key: &str,
+    command: &str,
+    companion: &str,
+) -> redis::RedisResult<T> {
+    match redis::cmd(command).arg(companion).query_async(conn).await {
+        Err(e) if is_changed(&e) => Ok(T::default()),
+        Err(e) if matches!(e.code(), Some("MOVED" | "ASK")) => {
+            let own: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(key)
+                .query_async(conn)
+                .await?;
+            let theirs: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(companion)
+                .query_async(conn)
+                .await?;
+            if own == theirs {
+                Err(e)
+            } else {
+                Ok(T::default())
+            }
+        }
         other => other,
     }
 }
@@ -486,18 +511,15 @@ async fn inspect(
                 object.holders = owners;
                 // Writers waiting with a preference claim, and whoever
                 // listens for the lock's releases.
-                let writers: redis::RedisResult<u64> = redis::cmd("ZCARD")
-                    .arg(suffixed(key, "locksmith_writers"))
-                    .query_async(conn)
-                    .await;
-                let writers = or_absent(writers)?;
+                let writers: u64 =
+                    companion(conn, key, "ZCARD", &suffixed(key, "locksmith_writers")).await?;
                 let listening = numsub(conn, &prefixed("redisson_rwlock", key)).await?;
                 object.waiters = writers.max(listening);
             }
             Some(_) => return Ok(None),
             None if !owners.is_empty() => {
                 let queue = prefixed("redisson_lock_queue", key);
-                let queued = or_absent(redis::cmd("LLEN").arg(&queue).query_async(conn).await)?;
+                let queued: u64 = companion(conn, key, "LLEN", &queue).await?;
                 object.kind = if queued > 0 { "fair-lock" } else { "lock" };
                 object.holders = owners;
                 object.waiters = if queued > 0 {
@@ -520,9 +542,8 @@ async fn inspect(
     let value = String::from_utf8_lossy(&value).into_owned();
     if let Ok(n) = value.parse::<i64>() {
         let timeouts = suffixed(key, "timeout");
-        let leased: u64 = or_absent(redis::cmd("ZCARD").arg(&timeouts).query_async(conn).await)?;
-        let expirable: bool =
-            or_absent(redis::cmd("EXISTS").arg(&timeouts).query_async(conn).await)?;
+        let leased: u64 = companion(conn, key, "ZCARD", &timeouts).await?;
+        let expirable: bool = companion(conn, key, "EXISTS", &timeouts).await?;
         let semaphore_waiters = numsub(conn, &prefixed("redisson_sc", key)).await?;
         let latch_waiters = numsub(
             conn,
@@ -549,12 +570,8 @@ async fn inspect(
     }
     // A simple lock: a 32-digit token, with the fencing counter its grants
     // increment.
-    let token_counter: bool = or_absent(
-        redis::cmd("EXISTS")
-            .arg(prefixed("redisson_lock_token", key))
-            .query_async(conn)
-            .await,
-    )?;
+    let token_counter: bool =
+        companion(conn, key, "EXISTS", &prefixed("redisson_lock_token", key)).await?;
     if value.len() == 32 && value.chars().all(|c| c.is_ascii_hexdigit()) && token_counter {
         object.kind = "simple-lock";
         object.holders = vec![(value, 1)];

@@ -47,6 +47,8 @@ catalogue! {
     FAIR_RELEASE = "lock/fair/release" after [ANNOUNCE, RECEIPT, include_str!("lock/fair/common.lua")];
     FAIR_LEAVE = "lock/fair/leave" after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     FAIR_INFO (read) = "lock/fair/info";
+    FAIR_FORCE_UNLOCK (once) = "lock/fair/force_unlock"
+        after [ANNOUNCE, include_str!("lock/fair/common.lua")];
     RW_ACQUIRE = "lock/rw/acquire" after [BATCH, ANNOUNCE, include_str!("lock/rw/common.lua")];
     RW_RELEASE = "lock/rw/release" after [ANNOUNCE, RECEIPT, include_str!("lock/rw/common.lua")];
     RW_INFO (read) = "lock/rw/info";

@@ -152,8 +152,9 @@ fn unlock_force_leaves_other_kinds_alone() {
 }
 
 /// `unlock --force` frees a read-write lock held by `run --write-lock`
-/// (whose command is then signalled: it lost the lock) and a simple lock
-/// another client took with its own token.
+/// (whose command is then signalled: it lost the lock), a fair lock with a
+/// waiter queued (which then runs), and a simple lock another client took
+/// with its own token.
 #[test]
 fn unlock_force_frees_read_write_and_simple_locks() {
     let server = RedisServer::start().unwrap();
@@ -168,7 +169,34 @@ fn unlock_force_frees_read_write_and_simple_locks() {
     assert!(out.stderr.contains("unlocked"), "{out:?}");
     assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(70));
 
+    // A fair lock with a waiter queued: freed, and the waiter runs.
+    let mut command = locksmith(&server);
+    command
+        .args(["run", "--fair-lock", "fair-job", "--lease", "30s", "--"])
+        .args(["sleep", "20"]);
+    let mut fair_holder = command.spawn().expect("spawn locksmith");
+    common::wait_until(|| is_locked(&server, "fair-job"), "the fair lock");
+    let mut command = locksmith(&server);
+    command
+        .args(["run", "--fair-lock", "fair-job", "--wait", "25s", "--"])
+        .arg("true");
+    let mut fair_waiter = command.spawn().expect("spawn locksmith");
     let mut conn = server.connection().unwrap();
+    common::wait_until(
+        || {
+            redis::cmd("EXISTS")
+                .arg("redisson_lock_queue:{fair-job}")
+                .query::<bool>(&mut conn)
+                .unwrap()
+        },
+        "the waiter to queue",
+    );
+    let out = run(&server, &["unlock", "--force", "fair-job"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("unlocked"), "{out:?}");
+    assert_eq!(wait_bounded(&mut fair_waiter, LIMIT).code(), Some(0));
+    assert_eq!(wait_bounded(&mut fair_holder, LIMIT).code(), Some(70));
+
     let _: () = redis::cmd("SET")
         .arg("peer")
         .arg("python-token")

@@ -302,6 +302,42 @@ impl Env {
         format!("{base}:{}", self.nonce)
     }
 
+    /// Counts messages on `channel` from a raw subscriber on the node that
+    /// owns it (sharded on a cluster, as Redisson listens there), from the
+    /// moment this returns. Counting stops when the counter is dropped.
+    pub fn count_messages_on(&self, channel: &str) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let channel = channel.to_owned();
+        let url = self.node_url_for(&channel);
+        let subscribe = if self.redisson_sharded() {
+            "SSUBSCRIBE"
+        } else {
+            "SUBSCRIBE"
+        };
+        let count = std::sync::Arc::new(AtomicU64::new(0));
+        let seen = std::sync::Arc::downgrade(&count);
+        let (ready, subscribed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            redis::cmd(subscribe).arg(&channel).exec(&mut conn).unwrap();
+            ready.send(()).unwrap();
+            // Long enough that a timeout never cuts a message in two on a
+            // loaded machine; the thread ends within it of the counter's
+            // drop.
+            conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            while let Some(count) = seen.upgrade() {
+                if let Ok(redis::Value::Array(parts)) = conn.recv_response() {
+                    let kind: String = redis::from_redis_value(parts[0].clone()).unwrap();
+                    if kind.ends_with("message") {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        });
+        subscribed.recv().unwrap();
+        count
+    }
+
     /// The URL of the node that owns `key` (the primary).
     pub fn node_url_for(&self, key: &str) -> String {
         match self.topo {

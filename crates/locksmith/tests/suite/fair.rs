@@ -24,6 +24,7 @@ crate::on_every_topology!(
     a_redisson_client_passes_a_dead_locksmith_head_left_by_a_walked_grant,
     a_redisson_joiner_counts_the_waiters_ahead_not_those_granted_before,
     a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_come,
+    force_unlock_wakes_the_head_of_the_queue,
 );
 
 async fn queue_len(client: &Client, name: &str) -> usize {
@@ -841,4 +842,57 @@ async fn a_redisson_waiter_shares_the_queue(env: Env) {
     // Woken by the message, well before a refresh or a lease would have.
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
     guard.release().await.unwrap();
+}
+
+/// `force_unlock` deletes the lock and wakes the waiter at the head of the
+/// queue on its own channel (one message there), well inside the holder's
+/// 30 s lease a waiter not woken would wait for; the holder learns of the
+/// loss at its next renewal.
+async fn force_unlock_wakes_the_head_of_the_queue(env: Env) {
+    let holders = env.client(Duration::from_secs(30)).await;
+    let waiters = env.client(Duration::from_secs(30)).await;
+    let name = env.name("fair-forced");
+    let guard = holders
+        .fair_lock(name.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waiter = {
+        let lock = waiters.fair_lock(name.clone()).unwrap();
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(25)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queue_len(&holders, &name).await == 1
+        })
+        .await,
+        "the waiter queues"
+    );
+    let admin = holders.fair_lock(name.clone()).unwrap();
+    let head = admin.info().await.unwrap().queue[0].clone();
+    let messages = env.count_messages_on(&format!("redisson_lock__channel:{{{name}}}:{head}"));
+    assert!(admin.force_unlock().await.unwrap());
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the head is woken, not left to the holder's lease")
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            messages.load(std::sync::atomic::Ordering::SeqCst) == 1
+        })
+        .await,
+        "one message on the head's channel"
+    );
+    tokio::time::timeout(Duration::from_secs(20), guard.lost().wait())
+        .await
+        .expect("the holder learns it lost the lock");
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+    got.release().await.unwrap();
+    assert!(!admin.force_unlock().await.unwrap(), "nothing to delete");
 }

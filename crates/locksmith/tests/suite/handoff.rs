@@ -3,7 +3,7 @@
 //! message; streaks are capped so other clients get in; a waiter that gives
 //! up mid-offer leaves nothing behind.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,46 +20,12 @@ async fn client_with(server: &RedisServer, max_local_handoffs: u32) -> Client {
         .expect("connect")
 }
 
-/// Counts release messages on the lock's channel from a raw subscriber on
-/// the node that owns it (sharded on a cluster, as Redisson listens there).
-/// Counting stops when the counter is dropped.
-fn count_messages_on(env: &Env, name: &str) -> Arc<AtomicU64> {
-    let channel = format!("redisson_lock__channel:{{{name}}}");
-    let url = env.node_url_for(&channel);
-    let subscribe = if env.redisson_sharded() {
-        "SSUBSCRIBE"
-    } else {
-        "SUBSCRIBE"
-    };
-    let count = Arc::new(AtomicU64::new(0));
-    let seen = Arc::downgrade(&count);
-    let (ready, subscribed) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-        redis::cmd(subscribe).arg(&channel).exec(&mut conn).unwrap();
-        ready.send(()).unwrap();
-        // Long enough that a timeout never cuts a message in two on a
-        // loaded machine; the thread ends within it of the counter's drop.
-        conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        while let Some(count) = seen.upgrade() {
-            if let Ok(redis::Value::Array(parts)) = conn.recv_response() {
-                let kind: String = redis::from_redis_value(parts[0].clone()).unwrap();
-                if kind.ends_with("message") {
-                    count.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    });
-    subscribed.recv().unwrap();
-    count
-}
-
 crate::on_every_topology!(release_hands_the_lock_to_a_parked_local_waiter);
 
 async fn release_hands_the_lock_to_a_parked_local_waiter(env: Env) {
     let client = env.client(Duration::from_secs(10)).await;
     let name = env.name("ho");
-    let messages = count_messages_on(&env, &name);
+    let messages = env.count_messages_on(&format!("redisson_lock__channel:{{{name}}}"));
     let first = client.lock(name.clone()).unwrap();
     let guard = first.lock().await.unwrap();
 

@@ -516,60 +516,78 @@ async fn the_lock_outlives_every_hold_in_it(env: Env) {
     read.release().await.unwrap();
 }
 
-/// `force_unlock` deletes the lock in either mode, wakes the waiters of
-/// the other side, and the holders learn of the loss at their next
-/// renewal; a free name answers false and a plain lock's key is refused.
+/// `force_unlock` deletes the lock in either mode and wakes the waiters of
+/// the other side (one message on the lock's channel each time), well
+/// inside the holders' 30 s lease a waiter not woken would wait for; the
+/// holders learn of the loss at their next renewal. A free name answers
+/// false and a plain lock's key is refused.
 async fn force_unlock_frees_either_mode_and_wakes_waiters(env: Env) {
-    let client = env.client(Duration::from_secs(1)).await;
+    let holders = env.client(Duration::from_secs(30)).await;
+    let waiters = env.client(Duration::from_secs(30)).await;
     let name = env.name("rw-forced");
-    let admin = client.read_write_lock(name.clone()).unwrap();
-    let read = client
+    let admin = holders.read_write_lock(name.clone()).unwrap();
+    let messages = env.count_messages_on(&format!("redisson_rwlock:{{{name}}}"));
+    let count = || messages.load(std::sync::atomic::Ordering::SeqCst);
+    let read = holders
         .read_write_lock(name.clone())
         .unwrap()
         .read()
         .await
         .unwrap();
     let writer = {
-        let lock = client.read_write_lock(name.clone()).unwrap();
-        tokio::spawn(async move { lock.try_write_for(Duration::from_secs(20)).await })
+        let lock = waiters.read_write_lock(name.clone()).unwrap();
+        tokio::spawn(async move { lock.try_write_for(Duration::from_secs(25)).await })
     };
     // The writer waits behind the reader.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!writer.is_finished());
     assert!(admin.force_unlock().await.unwrap());
-    let write = tokio::time::timeout(Duration::from_secs(5), writer)
+    let write = tokio::time::timeout(Duration::from_secs(10), writer)
         .await
         .expect("the waiting writer is woken")
         .unwrap()
         .unwrap()
         .expect("granted");
-    tokio::time::timeout(Duration::from_secs(5), read.lost().wait())
-        .await
-        .expect("the reader learns it lost the lock");
-    assert_eq!(read.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert!(
+        eventually(Duration::from_secs(5), || async { count() == 1 }).await,
+        "one message"
+    );
 
     let reader = {
-        let lock = client.read_write_lock(name.clone()).unwrap();
-        tokio::spawn(async move { lock.try_read_for(Duration::from_secs(20)).await })
+        let lock = waiters.read_write_lock(name.clone()).unwrap();
+        tokio::spawn(async move { lock.try_read_for(Duration::from_secs(25)).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!reader.is_finished());
+    // The writer's hold belongs to the waiters' client: force it from the
+    // holders' side.
     assert!(admin.force_unlock().await.unwrap());
-    let again = tokio::time::timeout(Duration::from_secs(5), reader)
+    let again = tokio::time::timeout(Duration::from_secs(10), reader)
         .await
         .expect("the waiting reader is woken")
         .unwrap()
         .unwrap()
         .expect("granted");
-    tokio::time::timeout(Duration::from_secs(5), write.lost().wait())
-        .await
-        .expect("the writer learns it lost the lock");
+    assert!(
+        eventually(Duration::from_secs(5), || async { count() == 2 }).await,
+        "a second message"
+    );
+    for lost in [read.lost(), write.lost()] {
+        tokio::time::timeout(Duration::from_secs(20), lost.wait())
+            .await
+            .expect("each holder learns it lost the lock");
+    }
+    assert_eq!(read.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert_eq!(
+        write.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
     again.release().await.unwrap();
     assert!(!admin.force_unlock().await.unwrap(), "nothing to delete");
 
     let plain = env.name("rw-forced-plain");
-    let held = client.lock(plain.clone()).unwrap().lock().await.unwrap();
-    let err = client
+    let held = holders.lock(plain.clone()).unwrap().lock().await.unwrap();
+    let err = holders
         .read_write_lock(plain)
         .unwrap()
         .force_unlock()

@@ -306,6 +306,35 @@ impl FairLock {
         try_lock_for;
     }
 
+    /// Deletes the lock whoever holds it and wakes the waiter at the head
+    /// of the queue, after passing the waiters that gave up (Redisson's
+    /// `RFairLock.forceUnlock`). An admin operation: the holder is not
+    /// told except through its lost signal at the next renewal. Returns
+    /// whether a lock was deleted.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts. [`Error::WrongType`] when the key
+    /// holds no lock (another type, a read-write lock's hash, a hash
+    /// without an expiry), which is left alone.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the command was
+    /// sent, the lock may or may not have been deleted (and the head
+    /// woken); [`FairLock::info`] shows where it stands. The queue is left
+    /// as it is, but for the waiters that had given up.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let shared = &self.shared;
+        let deleted: i64 = shared
+            .client
+            .run_script(
+                &scripts::FAIR_FORCE_UNLOCK,
+                &shared.queue_keys(),
+                (&*shared.channel_prefix, shared.client.notify_mode().code()),
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
     /// Holders, remaining lease, fencing counter and the queue, read
     /// atomically.
     ///

@@ -365,9 +365,12 @@ impl Lock {
     ///
     /// # Errors
     /// Connection errors and timeouts. [`Error::WrongType`] when the key
-    /// is not a hash (a semaphore, a latch, a simple lock) or is a
-    /// read-write lock's (use [`ReadWriteLock::force_unlock`]
-    /// (crate::ReadWriteLock::force_unlock)); it is left alone.
+    /// holds no lock of this kind, which is left alone: not a hash (a
+    /// semaphore, a latch, a simple lock), a read-write lock's hash (see
+    /// [`ReadWriteLock::force_unlock`](crate::ReadWriteLock::force_unlock)),
+    /// or a key without an expiry (every lock has a lease). A fair lock's
+    /// waiters are not woken here: use
+    /// [`FairLock::force_unlock`](crate::FairLock::force_unlock).
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,

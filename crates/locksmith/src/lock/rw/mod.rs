@@ -341,20 +341,23 @@ impl ReadWriteLock {
 
     /// Deletes the lock whatever its mode and whoever holds it, and wakes
     /// every waiter, readers and writers (Redisson's read and write
-    /// `forceUnlock` each do this for one mode). An admin operation: the
-    /// holders are not told except through their lost signal at the next
-    /// renewal. Returns whether a lock was deleted.
+    /// `forceUnlock` each delete the lock in one mode only). An admin
+    /// operation: the holders are not told except through their lost
+    /// signal at their next renewal (a holder with a fixed lease, which is
+    /// not renewed, learns it when that lease ends). Returns whether a
+    /// lock was deleted. The read holds' lease keys and waiting writers'
+    /// claims stay: they expire on their own, and a claim's writer is still
+    /// waiting.
     ///
     /// # Errors
     /// Connection errors and timeouts. [`Error::WrongType`] when the key
-    /// holds something else (a lock, a semaphore, other data), which is
-    /// left alone.
+    /// holds something else (a lock, a semaphore, a hash without an
+    /// expiry: every lock has a lease), which is left alone.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was
     /// sent, the lock may or may not have been deleted (and its waiters
-    /// woken); [`ReadWriteLock::info`] shows where it stands. Nothing else
-    /// is left behind.
+    /// woken); [`ReadWriteLock::info`] shows where it stands.
     pub async fn force_unlock(&self) -> Result<bool> {
         let shared = &self.shared;
         let deleted: i64 = shared

@@ -149,9 +149,10 @@ impl SimpleLock {
     ///
     /// # Errors
     /// Connection errors and timeouts. [`Error::WrongType`] when the key
-    /// holds something else: a number (a semaphore's or a latch's count)
-    /// or a key of another type (a lock's hash), which is left alone. Any
-    /// other string is a holder's token, whoever wrote it.
+    /// holds no simple lock, which is left alone: a key of another type (a
+    /// lock's hash) or a string without an expiry (a semaphore's or a
+    /// latch's count, an application's value: a lock always has a lease).
+    /// A string with an expiry is a holder's token, whoever wrote it.
     ///
     /// # Cancel safety
     /// Not cancel safe: if the future is dropped after the command was sent,
