@@ -208,3 +208,44 @@ fn unlock_force_frees_read_write_and_simple_locks() {
     assert_eq!(out.code, Some(0), "{out:?}");
     assert!(!is_locked(&server, "peer"));
 }
+
+/// Under `--key-prefix`, `status` and `unlock --force` look at the
+/// prefixed key, as every other command does: a read-write lock is seen
+/// as one, and freed.
+#[test]
+fn status_and_unlock_read_the_key_under_the_prefix() {
+    let server = RedisServer::start().unwrap();
+    let prefixed = |args: &[&str]| {
+        let mut cmd = locksmith(&server);
+        cmd.env("LOCKSMITH_KEY_PREFIX", "app1:").args(args);
+        cmd
+    };
+    let mut holder = prefixed(&[
+        "run",
+        "--read-lock",
+        "doc",
+        "--lease",
+        "30s",
+        "--",
+        "sleep",
+        "20",
+    ])
+    .spawn()
+    .expect("spawn locksmith");
+    common::wait_until(|| is_locked(&server, "app1:doc"), "the read lock");
+    let out = finish(
+        prefixed(&["status", "doc", "--json"]).spawn().unwrap(),
+        Instant::now(),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["kind"], "read-write-lock", "{status}");
+    let out = finish(
+        prefixed(&["unlock", "--force", "doc"]).spawn().unwrap(),
+        Instant::now(),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("unlocked"), "{out:?}");
+    assert!(!is_locked(&server, "app1:doc"));
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(70));
+}

@@ -77,14 +77,13 @@ fn readers_share_and_a_writer_waits_for_them() {
 #[test]
 fn fair_lock_queue_shows_in_status() {
     let server = RedisServer::start().unwrap();
-    let holder = locksmith(&server)
-        .args(["run", "--fair-lock", "payouts", "--", "sleep", "2"])
+    let gate = common::Gate::new();
+    let mut holder = locksmith(&server)
+        .args(["run", "--fair-lock", "payouts", "--", "sh", "-c"])
+        .arg(gate.script("", ""))
         .spawn()
         .unwrap();
-    wait_until(
-        || status_json(&server, "payouts")["locked"] == true,
-        "the holder",
-    );
+    gate.wait_running(&mut holder);
     let started = Instant::now();
     let waiter = locksmith(&server)
         .args([
@@ -109,6 +108,7 @@ fn fair_lock_queue_shows_in_status() {
     );
     let text = run(&server, &["status", "payouts"]);
     assert!(text.stdout.contains("queued 1:"), "{text:?}");
+    gate.open();
     assert_eq!(finish(holder, started).code, Some(0));
     let out = finish(waiter, started);
     assert_eq!(out.code, Some(0), "{out:?}");
@@ -148,14 +148,13 @@ fn several_locks_are_taken_together_or_not_at_all() {
         "{tokens:?}"
     );
     // One member busy: exit 75 and the other member is not kept.
-    let holder = locksmith(&server)
-        .args(["run", "--lock", "to", "--", "sleep", "2"])
+    let gate = common::Gate::new();
+    let mut holder = locksmith(&server)
+        .args(["run", "--lock", "to", "--", "sh", "-c"])
+        .arg(gate.script("", ""))
         .spawn()
         .unwrap();
-    wait_until(
-        || status_json(&server, "to")["locked"] == true,
-        "the holder",
-    );
+    gate.wait_running(&mut holder);
     let started = Instant::now();
     let busy = run(
         &server,
@@ -178,5 +177,6 @@ fn several_locks_are_taken_together_or_not_at_all() {
             == Some(64),
         "a name twice is bad input"
     );
+    gate.open();
     assert_eq!(finish(holder, started).code, Some(0));
 }

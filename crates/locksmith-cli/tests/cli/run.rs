@@ -173,16 +173,22 @@ fn force_unlock_while_running_kills_the_command_with_on_lost_kill() {
 fn on_lost_ignore_lets_the_command_finish_but_still_fails() {
     let server = RedisServer::start().unwrap();
     let started = Instant::now();
+    let gate = common::Gate::new();
+    let script = gate.script("", "echo finished");
     let holder = hold(
         &server,
         "ignored",
         &["--lease", "1s", "--on-lost", "ignore"],
-        &["sh", "-c", "sleep 2; echo finished"],
+        &["sh", "-c", &script],
     );
     assert_eq!(
         run(&server, &["unlock", "--force", "ignored"]).code,
         Some(0)
     );
+    // The watchdog notices the loss within a renewal (a third of the 1 s
+    // lease); the command finishes well after that.
+    std::thread::sleep(Duration::from_secs(3));
+    gate.open();
     let out = finish(holder, started);
     assert_eq!(out.code, Some(70), "{out:?}");
     assert_eq!(out.stdout.trim(), "finished", "{out:?}");

@@ -18,21 +18,21 @@ fn held(server: &RedisServer, name: &str) -> i64 {
 #[test]
 fn at_most_n_commands_run_at_once() {
     let server = RedisServer::start().unwrap();
-    let spawn = || {
-        locksmith(&server)
+    let spawn = |gate: &common::Gate| {
+        let mut child = locksmith(&server)
             .args(["run", "--semaphore", "encoders", "--permits", "2", "--"])
-            .args([
-                "sh",
-                "-c",
-                "echo $LOCKSMITH_SEMAPHORE_NAME $LOCKSMITH_PERMIT_ID; sleep 2",
-            ])
+            .args(["sh", "-c"])
+            .arg(gate.script("echo $LOCKSMITH_SEMAPHORE_NAME $LOCKSMITH_PERMIT_ID", ""))
             .spawn()
-            .unwrap()
+            .unwrap();
+        gate.wait_running(&mut child);
+        child
     };
     let started = Instant::now();
-    let first = spawn();
-    let second = spawn();
-    wait_until(|| held(&server, "encoders") == 2, "two permits taken");
+    let gates = [common::Gate::new(), common::Gate::new()];
+    let first = spawn(&gates[0]);
+    let second = spawn(&gates[1]);
+    assert_eq!(held(&server, "encoders"), 2, "two permits taken");
     let third = run(
         &server,
         &[
@@ -49,6 +49,9 @@ fn at_most_n_commands_run_at_once() {
     );
     assert_eq!(third.code, Some(75), "{third:?}");
     assert!(third.stderr.contains("no free permit"), "{third:?}");
+    for gate in &gates {
+        gate.open();
+    }
     for child in [first, second] {
         let out = finish(child, started);
         assert_eq!(out.code, Some(0), "{out:?}");
@@ -83,7 +86,8 @@ fn a_killed_holders_permit_returns_after_its_lease() {
             "1s",
             "--",
         ])
-        .args(["sleep", "3"])
+        // Killed long before this ends.
+        .args(["sleep", "30"])
         .spawn()
         .unwrap();
     wait_until(|| held(&server, "single") == 1, "the permit taken");

@@ -132,3 +132,62 @@ pub fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
 pub fn signal(child: &Child, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).expect("kill");
 }
+
+/// A command's gate, so that no step of a test races a fixed sleep: the
+/// command marks when it runs and waits until the test opens the gate.
+/// The files live in a directory of their own, removed on drop.
+pub struct Gate {
+    dir: std::path::PathBuf,
+}
+
+impl Gate {
+    /// A new gate, closed.
+    pub fn new() -> Gate {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("locksmith-gate-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("gate directory");
+        Gate { dir }
+    }
+
+    /// A `sh -c` script: runs `first`, marks the command as running, then
+    /// waits for the gate to open, then runs `last`.
+    pub fn script(&self, first: &str, last: &str) -> String {
+        let ready = self.dir.join("ready");
+        let open = self.dir.join("open");
+        format!(
+            "{first}\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n{last}",
+            ready.display(),
+            open.display()
+        )
+    }
+
+    /// Waits (bounded by [`LIMIT`]) until the command runs; fails the test
+    /// if `child` exits first.
+    pub fn wait_running(&self, child: &mut Child) {
+        let ready = self.dir.join("ready");
+        let deadline = Instant::now() + LIMIT;
+        while !ready.exists() {
+            if let Some(status) = child.try_wait().expect("wait") {
+                panic!("locksmith exited with {status} before its command ran");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for the command to run"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Lets the command finish.
+    pub fn open(&self) {
+        std::fs::write(self.dir.join("open"), "").expect("open the gate");
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
