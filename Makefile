@@ -22,8 +22,9 @@ lint: setup
 # library's close tests, alone after the rest), while the other lane runs
 # clippy, the
 # lean-service check, the trybuild cases (which build in a target folder
-# of their own, so not inside the concurrent run) and the doc tests on the
-# CPU the waiting tests leave. See docs/contributing.md.
+# of their own, so not inside the concurrent run), the doc tests and
+# `make doc` (rustdoc with warnings as errors: a broken intra-doc link
+# fails here) on the CPU the waiting tests leave. See docs/contributing.md.
 # The workspace pass lints locksmith with `blocking` and seckill with
 # `demo` (their tests turn them on); the seckill pass lints both without.
 # check-features: the library builds with no default features and with
@@ -40,7 +41,7 @@ lint: setup
 # minimal ACL user), the simple lock, ids and Redlock, one Sentinel
 # failover, one Cluster hand-off, and a Cluster's fallbacks where it lacks
 # sharded pub/sub (and, on Redis 6.0, scripts across slots, said at
-# connect). Left out: the tests of 600 ms leases the watchdog must renew
+# connect). Left out: the tests of short leases the watchdog must renew
 # in time (watchdog_*, each_read_hold_*), which beside the whole run lose
 # leases to a starved CPU (the main run keeps them). `make test-servers` runs the whole
 # suite on each. See docs/topologies.md, "Server versions".
@@ -74,7 +75,8 @@ test: setup servers
 	  --lane './scripts/check-features' \
 	  --lane './scripts/publish-dry-run' \
 	  --lane '$(CARGO) test -p redis-locksmith-macros --test macros -- ui::misuse_fails_to_compile' \
-	  --lane '$(CARGO) test --workspace --doc'
+	  --lane '$(CARGO) test --workspace --doc' \
+	  --lane '$(MAKE) --no-print-directory doc'
 
 # The library's whole suite, the test kit's tests and the CLI's (every
 # subcommand against real servers) on each server the test kit knows: the system's Redis 7.0, then Valkey 8, Redis 6.0 and
