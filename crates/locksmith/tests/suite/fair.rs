@@ -27,6 +27,11 @@ crate::on_every_topology!(
     force_unlock_wakes_the_head_of_the_queue,
 );
 
+/// The patience of a waiter that dies in line, in the tests where a later
+/// waiter must join behind it while it still counts: long enough for that
+/// on a loaded machine (600 ms was not, under the full suite).
+const DEAD_PATIENCE: Duration = Duration::from_secs(2);
+
 async fn queue_len(client: &Client, name: &str) -> usize {
     client
         .fair_lock(name)
@@ -150,7 +155,7 @@ async fn dead_locksmith_waiters_in_a_row_are_passed_after_their_patience(env: En
         .unwrap();
     let mut dead = Vec::new();
     for i in 0..2 {
-        dead.push(dead_waiter(&client, &name, i, Duration::from_millis(600)).await);
+        dead.push(dead_waiter(&client, &name, i, DEAD_PATIENCE).await);
     }
     let live = client.fair_lock(name.clone()).unwrap();
     let (delay, guard) = grant_delay_after_release(&client, &name, live, 3, holder).await;
@@ -554,9 +559,10 @@ async fn a_dead_waiter_behind_a_live_one_is_passed_after_its_patience(env: Env) 
         .await
         .unwrap();
     let first = live_waiter(&client, &name, 1).await;
-    let dead = dead_waiter(&client, &name, 1, Duration::from_millis(600)).await;
+    let dead = dead_waiter(&client, &name, 1, DEAD_PATIENCE).await;
     let third = live_waiter(&client, &name, 3).await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Past the dead waiter's patience.
+    tokio::time::sleep(DEAD_PATIENCE + Duration::from_secs(1)).await;
     holder.release().await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(10), first)
         .await
@@ -589,9 +595,9 @@ async fn dead_waiters_are_passed_by_a_waiter_arriving_after_their_patience(env: 
         .unwrap();
     let mut dead = Vec::new();
     for i in 0..2 {
-        dead.push(dead_waiter(&client, &name, i, Duration::from_millis(600)).await);
+        dead.push(dead_waiter(&client, &name, i, DEAD_PATIENCE).await);
     }
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(DEAD_PATIENCE + Duration::from_secs(1)).await;
     holder.release().await.unwrap();
     let late = client.fair_lock(name.clone()).unwrap();
     let guard = late
