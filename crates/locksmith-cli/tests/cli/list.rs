@@ -7,12 +7,18 @@ use std::time::Duration;
 use locksmith::Client;
 use locksmith_testkit::{FaultProxy, RedisCluster, RedisServer};
 
-fn list_json(url: &str, extra: &[&str]) -> Vec<serde_json::Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+/// `locksmith --redis URL list --json EXTRA...`, run to the end.
+fn list_output(url: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
         .args(["--redis", url, "list", "--json"])
         .args(extra)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// What `list --json` found, asserting it exited 0.
+fn list_json(url: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = list_output(url, extra);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -223,14 +229,9 @@ async fn a_reply_lost_while_reading_a_key_fails_the_listing() {
     // The connection breaks as the key's fields come back.
     proxy.cut_reply_after(b"HGETALL");
     let url = proxy.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
-            .args(["--redis", &url, "list", "--json"])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || list_output(&url, &[]))
+        .await
+        .unwrap();
     assert_eq!(proxy.cuts(), 1, "the read was cut: {out:?}");
     assert_eq!(out.status.code(), Some(69), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -263,14 +264,9 @@ async fn a_refused_read_fails_the_listing_with_its_code() {
     let client = Client::open(&server.url()).await.unwrap();
     let guard = client.lock("n:lock").unwrap().lock().await.unwrap();
     let url = format!("redis://lister:l1ster@{}", server.addr());
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
-            .args(["--redis", &url, "list", "--json"])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || list_output(&url, &[]))
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(77), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -90,22 +90,31 @@ pub fn hold(server: &RedisServer, name: &str, extra: &[&str], cmd: &[&str]) -> C
         .arg("--")
         .args(cmd);
     let mut child = command.spawn().expect("spawn locksmith");
-    // Bounded like an invocation: starting a process and connecting can
-    // take seconds on a loaded machine. A child that exits first has
-    // failed to take the lock: say what it printed.
+    wait_while_running(
+        &mut child,
+        || is_locked(server, name),
+        "the lock to be taken",
+    );
+    child
+}
+
+/// Polls `cond` until it holds, failing the test after [`LIMIT`] (starting
+/// a process and connecting can take seconds on a loaded machine), or as
+/// soon as `child` exits first, with what it printed.
+pub fn wait_while_running(child: &mut Child, mut cond: impl FnMut() -> bool, what: &str) {
     let deadline = Instant::now() + LIMIT;
-    while !is_locked(server, name) {
+    while !cond() {
         if let Some(status) = child.try_wait().expect("wait") {
-            let out = finish(child, Instant::now());
-            panic!("locksmith run exited with {status} before the lock was seen: {out:?}");
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .map(|mut s| s.read_to_string(&mut stderr));
+            panic!("locksmith exited with {status} while waiting for {what}: {stderr}");
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for the lock to be taken"
-        );
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
 }
 
 /// True while the lock key exists.
@@ -167,17 +176,7 @@ impl Gate {
     /// if `child` exits first.
     pub fn wait_running(&self, child: &mut Child) {
         let ready = self.dir.join("ready");
-        let deadline = Instant::now() + LIMIT;
-        while !ready.exists() {
-            if let Some(status) = child.try_wait().expect("wait") {
-                panic!("locksmith exited with {status} before its command ran");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for the command to run"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_while_running(child, || ready.exists(), "its command to run");
     }
 
     /// Lets the command finish.
