@@ -51,7 +51,10 @@ fn status_json_describes_a_held_and_a_free_lock() {
 #[test]
 fn unlock_requires_force() {
     let server = RedisServer::start().unwrap();
-    let mut holder = hold(&server, "guarded", &["--lease", "1s"], &["sleep", "20"]);
+    // A lease that cannot lapse while the commands below start on a
+    // loaded machine; the holder learns of the force unlock at its next
+    // renewal, a third of it later.
+    let mut holder = hold(&server, "guarded", &["--lease", "10s"], &["sleep", "20"]);
     let out = run(&server, &["unlock", "guarded"]);
     assert_eq!(out.code, Some(64), "{out:?}");
     assert!(out.stderr.contains("--force"), "{out:?}");
@@ -160,7 +163,7 @@ fn unlock_force_frees_read_write_and_simple_locks() {
     let server = RedisServer::start().unwrap();
     let mut command = locksmith(&server);
     command
-        .args(["run", "--write-lock", "rw-job", "--lease", "1s", "--"])
+        .args(["run", "--write-lock", "rw-job", "--lease", "10s", "--"])
         .args(["sleep", "20"]);
     let mut holder = command.spawn().expect("spawn locksmith");
     common::wait_until(|| is_locked(&server, "rw-job"), "the write lock");

@@ -23,7 +23,9 @@ fn job(server: &RedisServer, seconds: &str) -> Command {
 #[test]
 fn the_cron_job_runs_once_at_a_time() {
     let server = RedisServer::start().unwrap();
-    let first = job(&server, "3").spawn().unwrap();
+    // Long enough that the second run starts while the first holds, also
+    // on a loaded machine.
+    let first = job(&server, "10").spawn().unwrap();
     // Wait until the first run holds the lock.
     let mut conn = server.connection().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -16,26 +16,27 @@ fn status_json(server: &RedisServer, name: &str) -> serde_json::Value {
 #[test]
 fn readers_share_and_a_writer_waits_for_them() {
     let server = RedisServer::start().unwrap();
-    let reader = |secs: &str| {
-        locksmith(&server)
-            .args(["run", "--read-lock", "catalog", "--", "sleep", secs])
+    // Each reader's command holds until the test opens its gate.
+    let reader = |gate: &common::Gate| {
+        let mut child = locksmith(&server)
+            .args(["run", "--read-lock", "catalog", "--", "sh", "-c"])
+            .arg(gate.script("", ""))
             .spawn()
-            .unwrap()
+            .unwrap();
+        gate.wait_running(&mut child);
+        child
     };
     let started = Instant::now();
-    let (a, b) = (reader("2"), reader("2"));
-    wait_until(
-        || {
-            status_json(&server, "catalog")["readers"]
-                .as_array()
-                .map_or(0, Vec::len)
-                == 2
-        },
-        "two readers at once",
-    );
+    let gates = [common::Gate::new(), common::Gate::new()];
+    let (a, b) = (reader(&gates[0]), reader(&gates[1]));
     let json = status_json(&server, "catalog");
     assert_eq!(json["kind"], "read-write-lock");
     assert_eq!(json["mode"], "read");
+    assert_eq!(
+        json["readers"].as_array().map_or(0, Vec::len),
+        2,
+        "two readers at once: {json}"
+    );
     let busy = run(
         &server,
         &[
@@ -53,20 +54,19 @@ fn readers_share_and_a_writer_waits_for_them() {
         busy.stderr.contains("write lock \"catalog\" is held"),
         "{busy:?}"
     );
-    let writer = run(
-        &server,
-        &[
-            "run",
-            "--write-lock",
-            "catalog",
-            "--wait",
-            "20s",
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKSMITH_FENCING_TOKEN",
-        ],
+    let writer = locksmith(&server)
+        .args(["run", "--write-lock", "catalog", "--wait", "20s", "--"])
+        .args(["sh", "-c", "echo $LOCKSMITH_FENCING_TOKEN"])
+        .spawn()
+        .unwrap();
+    wait_until(
+        || common::listeners(&server, "redisson_rwlock:{catalog}") == 1,
+        "the writer waits for the readers",
     );
+    for gate in &gates {
+        gate.open();
+    }
+    let writer = finish(writer, started);
     assert_eq!(writer.code, Some(0), "{writer:?}");
     assert!(writer.stdout.trim().parse::<u64>().unwrap() >= 1);
     for child in [a, b] {

@@ -44,8 +44,16 @@ fn the_cli_and_redisson_share_locks_semaphores_and_latches() {
 
     // A CLI hold keeps a Java waiter waiting; the CLI's release at its
     // command's end lets it in.
-    let mut holding = hold(&server, "job", &[], &["sleep", "1"]);
+    let gate = common::Gate::new();
+    let script = gate.script("", "");
+    let mut holding = hold(&server, "job", &[], &["sh", "-c", &script]);
     let java_waiter = rt.block_on(java.send("lock lock job 2 -1")).unwrap();
+    // The CLI's command ends once the Java waiter waits.
+    common::wait_until(
+        || common::listeners(&server, "redisson_lock__channel:{job}") >= 1,
+        "the Java waiter to wait",
+    );
+    gate.open();
     let status = common::wait_bounded(&mut holding, Duration::from_secs(30));
     assert!(status.success());
     let released = tokio::time::Instant::now();

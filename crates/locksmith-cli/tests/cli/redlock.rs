@@ -86,9 +86,21 @@ fn a_minority_down_is_fine_a_majority_down_is_unavailable() {
     assert_eq!(ok.code, Some(0), "{ok:?}");
     nodes.node(1).kill();
     let first = nodes.iter().next().unwrap();
+    // The live node must answer within its timeout for the count below:
+    // 1 s, not the 50 ms default, on a loaded machine.
     let down = run(
         first,
-        &["run", "--lock", "job", "--redlock", &list, "--", "true"],
+        &[
+            "run",
+            "--lock",
+            "job",
+            "--redlock",
+            &list,
+            "--node-timeout",
+            "1s",
+            "--",
+            "true",
+        ],
     );
     assert_eq!(down.code, Some(69), "{down:?}");
     assert!(down.stderr.contains("1 of 3 nodes answered"), "{down:?}");

@@ -105,13 +105,22 @@ fn wait_gives_up_after_the_timeout() {
 #[test]
 fn wait_gets_the_lock_once_the_holder_finishes() {
     let server = RedisServer::start().unwrap();
-    let mut holder = hold(&server, "queue", &[], &["sleep", "1"]);
-    let out = run(
-        &server,
-        &[
-            "run", "--lock", "queue", "--wait", "20s", "--", "echo", "ran",
-        ],
+    let gate = common::Gate::new();
+    let script = gate.script("", "");
+    let mut holder = hold(&server, "queue", &[], &["sh", "-c", &script]);
+    let started = Instant::now();
+    let waiter = locksmith(&server)
+        .args(["run", "--lock", "queue", "--wait", "20s", "--"])
+        .args(["echo", "ran"])
+        .spawn()
+        .unwrap();
+    // The holder's command ends only once the waiter waits.
+    wait_until(
+        || common::listeners(&server, "redisson_lock__channel:{queue}") == 1,
+        "the waiter to wait",
     );
+    gate.open();
+    let out = finish(waiter, started);
     assert_eq!(out.code, Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "ran");
     assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(0));
@@ -151,11 +160,12 @@ fn fixed_lease_running_out_terminates_the_command() {
 #[test]
 fn force_unlock_while_running_kills_the_command_with_on_lost_kill() {
     let server = RedisServer::start().unwrap();
-    // A 1 s renewed lease: the watchdog checks every ~333 ms.
+    // A 3 s renewed lease: the watchdog checks every second, and a stall
+    // under load cannot end it before the force unlock does.
     let holder = hold(
         &server,
         "victim",
-        &["--lease", "1s", "--on-lost", "kill"],
+        &["--lease", "3s", "--on-lost", "kill"],
         &["sleep", "20"],
     );
     // The command's 20 s began before the lock was seen.
@@ -178,16 +188,16 @@ fn on_lost_ignore_lets_the_command_finish_but_still_fails() {
     let holder = hold(
         &server,
         "ignored",
-        &["--lease", "1s", "--on-lost", "ignore"],
+        &["--lease", "3s", "--on-lost", "ignore"],
         &["sh", "-c", &script],
     );
     assert_eq!(
         run(&server, &["unlock", "--force", "ignored"]).code,
         Some(0)
     );
-    // The watchdog notices the loss within a renewal (a third of the 1 s
+    // The watchdog notices the loss within a renewal (a third of the 3 s
     // lease); the command finishes well after that.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(5));
     gate.open();
     let out = finish(holder, started);
     assert_eq!(out.code, Some(70), "{out:?}");

@@ -117,6 +117,18 @@ pub fn wait_while_running(child: &mut Child, mut cond: impl FnMut() -> bool, wha
     }
 }
 
+/// How many clients listen on `channel` (`PUBSUB NUMSUB`): the waiters of
+/// the object whose channel it is.
+pub fn listeners(server: &RedisServer, channel: &str) -> u64 {
+    let mut conn = server.connection().expect("connect");
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut conn)
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
 /// True while the lock key exists.
 pub fn is_locked(server: &RedisServer, name: &str) -> bool {
     let mut conn = server.connection().expect("connect");

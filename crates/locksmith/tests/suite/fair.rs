@@ -184,8 +184,13 @@ async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
         .await
         .unwrap();
     // Its give-up time must outlast the live waiter's first attempt (which
-    // must find it still queued), also on a loaded machine: 2 s.
-    enqueue_dead_waiter(&env, &name, "dead-process:1", 2_000);
+    // must find it still queued), also on a loaded machine.
+    enqueue_dead_waiter(
+        &env,
+        &name,
+        "dead-process:1",
+        DEAD_PATIENCE.as_millis() as u64,
+    );
     let lock = client
         .fair_lock(name.clone())
         .unwrap()
@@ -193,8 +198,12 @@ async fn a_dead_waiter_delays_the_queue_by_at_most_its_give_up_time(env: Env) {
         .unwrap();
     let (delay, guard) = grant_delay_after_release(&client, &name, lock, 2, holder).await;
     // At most the dead waiter's give-up time plus one refresh period (a
-    // third of the live waiter's wait timeout) and scheduling slack.
-    assert!(delay < Duration::from_secs(5), "delayed {delay:?}");
+    // third of the live waiter's wait timeout) and scheduling slack; far
+    // below the queue step (5 minutes) a dead waiter would cost otherwise.
+    assert!(
+        delay < DEAD_PATIENCE + Duration::from_secs(3),
+        "delayed {delay:?}"
+    );
     guard.release().await.unwrap();
     assert_eq!(
         queue_len(&client, &name).await,
@@ -751,6 +760,15 @@ async fn a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_com
         assert!(Instant::now() < deadline, "the dead waiter never queued");
     }
     tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
+    let mut conn = node.get_connection().unwrap();
+    let server_ms = |conn: &mut redis::Connection| {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+        (secs * 1000 + micros / 1000) as f64
+    };
+    // B gives up after this: from then on, T (the tail) is counted from a
+    // moment past `before`, and J behind it a step and its wait later.
+    let before = server_ms(&mut conn);
     live.pop().unwrap().abort();
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -759,24 +777,26 @@ async fn a_redisson_joiner_behind_a_dead_locksmith_tail_gets_a_time_still_to_com
         .await,
         "B left"
     );
-    let node = redis::Client::open(env.node_url_for(&name)).unwrap();
     let java = "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f:95";
     assert!(
         java_fair_try_waiting(&node, &name, java, 200).is_some(),
         "J queues"
     );
-    let mut conn = node.get_connection().unwrap();
     let score: f64 = redis::cmd("ZSCORE")
         .arg(format!("redisson_lock_timeout:{{{name}}}"))
         .arg(java)
         .query(&mut conn)
         .unwrap();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
-    let now = (secs * 1000 + micros / 1000) as f64;
+    // Counted from T's old time instead, J's would lie about a second
+    // before `before` (T joined 1.5 s before it, with 300 ms of patience).
+    // Compared with the moment before B left, not with the moment read
+    // after J joined: on a loaded machine those steps alone can take
+    // longer than J's 400 ms.
+    let due = before + (STEP * 2).as_millis() as f64;
     assert!(
-        score > now,
-        "the Redisson waiter's give-up time is {:.0} ms past",
-        now - score
+        score >= due,
+        "the Redisson waiter's give-up time is {:.0} ms short of a step and its wait past B's leaving",
+        due - score
     );
     holder.release().await.unwrap();
     for waiter in live {

@@ -87,7 +87,8 @@ async fn a_busy_member_leaves_nothing_held(env: Env) {
     // One member deleted behind the holder's back: the guard's lost signal
     // fires at that member's next renewal, and release reports it while
     // still releasing the others.
-    let fast = env.client(Duration::from_millis(600)).await;
+    // 1.5 s leases: renewed often, and not lost to a stall under load.
+    let fast = env.client(Duration::from_millis(1_500)).await;
     let guard = fast
         .multi_lock(names.clone())
         .unwrap()

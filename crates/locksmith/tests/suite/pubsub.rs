@@ -13,8 +13,10 @@ use locksmith_testkit::{FaultProxy, RedisServer};
 async fn proxied(proxy: &FaultProxy) -> Client {
     Client::builder(proxy.url())
         .lease(Duration::from_secs(10))
-        .command_timeout(Duration::from_millis(300))
-        .pubsub_ping_interval(Duration::from_millis(300))
+        // Short enough that the test stays short, long enough that a
+        // healthy connection's ping is not taken for a dead one under load.
+        .command_timeout(Duration::from_secs(1))
+        .pubsub_ping_interval(Duration::from_secs(1))
         .build()
         .await
         .expect("connect through the proxy")
@@ -25,9 +27,9 @@ async fn a_half_open_pubsub_connection_is_replaced_and_waiters_still_wake() {
     let server = RedisServer::start().unwrap();
     let proxy = FaultProxy::start(&server.addr()).unwrap();
     let waiters = proxied(&proxy).await;
-    // The holder renews a 10 s lease: a waiter that misses the release
+    // The holder renews a 30 s lease: a waiter that misses the release
     // message would sleep until that lease runs out.
-    let holder = common::client(&server, Duration::from_secs(10)).await;
+    let holder = common::client(&server, Duration::from_secs(30)).await;
     let guard = holder.lock("half-open").unwrap().lock().await.unwrap();
 
     let lock = waiters.lock("half-open").unwrap();
@@ -57,15 +59,28 @@ async fn a_half_open_pubsub_connection_is_replaced_and_waiters_still_wake() {
         .await,
         "the half-open connection was not replaced"
     );
-    // Let the new connection subscribe, then release: the waiter is woken
-    // by the message, long before the 10 s lease would end.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once the new connection subscribed (the server still counts the
+    // half-open one too), release: the waiter is woken by the message,
+    // long before the 30 s lease would end.
+    let mut admin = server.connection().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redisson_lock__channel:{half-open}")
+                .query(&mut admin)
+                .unwrap();
+            std::future::ready(n == 2)
+        })
+        .await,
+        "the new connection subscribed"
+    );
     let released_at = Instant::now();
     guard.release().await.unwrap();
     let (got, at) = waiting.await.unwrap();
     let got = got.unwrap().expect("the waiter gets the lock");
     assert!(
-        at - released_at < Duration::from_secs(3),
+        at - released_at < Duration::from_secs(5),
         "woken {:?} after the release: the message was missed",
         at - released_at
     );

@@ -210,7 +210,7 @@ async fn rotated_data_node_credentials_behind_sentinel() {
     );
     let connect = || {
         Client::builder(&url)
-            .lease(Duration::from_secs(1))
+            .lease(Duration::from_secs(3))
             .replica_acks(0, Duration::from_millis(100))
             .credentials_provider(vault.clone(), Duration::from_millis(100))
             .build()
@@ -257,7 +257,9 @@ async fn rotated_data_node_credentials_behind_sentinel() {
         .arg("app")
         .query(&mut as_app("pass-2"))
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Longer than the lease: only renewals over reconnected connections
+    // keep the hold.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
     assert!(!held.is_lost(), "the hold was lost across the rotation");
     let deadline = std::time::Instant::now() + Duration::from_secs(8);
     while listeners("pass-2") == 0 {
