@@ -100,7 +100,22 @@ async fn every_kind_is_listed_with_its_holders() {
         .arg(vec![0xffu8; 100])
         .query(&mut conn)
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The fair waiter in line before the listing counts it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let queued: u64 = redis::cmd("LLEN")
+            .arg("redisson_lock_queue:{l:fair}")
+            .query(&mut conn)
+            .unwrap();
+        if queued == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fair waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let objects = tokio::task::spawn_blocking(move || list_json(&url, &["--pattern", "l:*"]))
         .await

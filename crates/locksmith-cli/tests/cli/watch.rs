@@ -112,9 +112,12 @@ fn the_screen_shows_the_holder_and_a_countdown_and_ctrl_c_quits() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
-    std::thread::sleep(Duration::from_millis(200));
-    let text = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
-    assert!(text.contains("\x1b[?25h"), "the cursor is shown again");
+    // The reader thread copies what the child wrote last: give it time.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(&screen.lock().unwrap()).contains("\x1b[?25h") {
+        assert!(Instant::now() < deadline, "the cursor is shown again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = holder.kill();
     let _ = holder.wait();
 }

@@ -83,15 +83,30 @@ async fn concurrent_calls_exclude_each_other() {
     assert!(!exists);
 }
 
+/// Waits (up to 10 s) until the lock `name` is held.
+async fn wait_until_locked(client: &locksmith::Client, name: &str) {
+    let lock = client.lock(name).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !lock.is_locked().await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} was never locked"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_bound_yields_the_busy_error() {
     let redis = RedisServer::start().unwrap();
     let client = locksmith::Client::open(&redis.url()).await.unwrap();
     let holder = {
         let client = client.clone();
-        tokio::spawn(async move { hold(&client, 1, 600).await })
+        // Held for 3 s from when it is seen below: the call after it
+        // (100 ms of wait) finds it busy also on a loaded machine.
+        tokio::spawn(async move { hold(&client, 1, 3_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_locked(&client, "slow:1").await;
     assert!(matches!(hold(&client, 1, 0).await, Err(AppError::Busy)));
     // Another name is free.
     hold(&client, 2, 0).await.unwrap();
@@ -107,9 +122,11 @@ async fn the_wait_bound_without_busy_yields_error_busy() {
     let client = locksmith::Client::open(&redis.url()).await.unwrap();
     let holder = {
         let client = client.clone();
-        tokio::spawn(async move { hold_plain(&client, 1, 600).await })
+        // Held for 3 s from when it is seen below: the call after it
+        // (100 ms of wait) finds it busy also on a loaded machine.
+        tokio::spawn(async move { hold_plain(&client, 1, 3_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_locked(&client, "plain:1").await;
     let err = hold_plain(&client, 1, 0).await.unwrap_err();
     assert_eq!(err.kind(), locksmith::ErrorKind::Busy, "{err}");
     match err {

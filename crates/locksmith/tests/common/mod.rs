@@ -278,11 +278,21 @@ impl Env {
         self.builder(lease).build().await.expect("connect")
     }
 
-    /// A builder with the suite's defaults.
+    /// A builder with the suite's defaults: room for a loaded machine. A
+    /// replica's acknowledgement (on by default where there are replicas)
+    /// gets 2.5 s instead of the 1 s default, so a grant is not rolled back
+    /// as unreplicated (`NotReplicated`) because a replica stalled under
+    /// the full suite's load; the tests of acknowledgement itself set
+    /// their own.
     pub fn builder(&self, lease: Duration) -> locksmith::ClientBuilder {
-        self.builder_for(&self.url)
+        let builder = self
+            .builder_for(&self.url)
             .lease(lease)
-            .command_timeout(Duration::from_secs(2))
+            .command_timeout(Duration::from_secs(5));
+        match self.topo {
+            Topo::Single => builder,
+            Topo::Sentinel | Topo::Cluster => builder.replica_acks(1, Duration::from_millis(2_500)),
+        }
     }
 
     /// A builder for another URL of this deployment, trusting the suite's

@@ -94,14 +94,12 @@ async fn a_crashed_holders_permit_returns_after_its_lease(env: Env) {
     let name = env.name("crash");
     let sem = client.expirable_semaphore(name.clone()).unwrap();
     sem.try_set_permits(1).await.unwrap();
-    // A holder that never releases (as if killed): fixed 600 ms lease.
-    let crashed = sem
-        .with_lease(Duration::from_millis(600))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    // A holder that never releases (as if killed): a fixed 2 s lease, long
+    // enough that it is still out at the `try_acquire` below on a loaded
+    // machine. Its lease starts on the server after `taken_at`.
+    let lease = Duration::from_secs(2);
     let taken_at = Instant::now();
+    let crashed = sem.with_lease(lease).unwrap().acquire().await.unwrap();
     std::mem::forget(crashed);
     assert!(sem.try_acquire().await.unwrap().is_none());
     // A waiter gets it once the lease runs out, without any release
@@ -112,7 +110,7 @@ async fn a_crashed_holders_permit_returns_after_its_lease(env: Env) {
         .unwrap()
         .expect("the expired permit comes back");
     let waited = taken_at.elapsed();
-    assert!(waited >= Duration::from_millis(550), "{waited:?}");
+    assert!(waited >= lease - Duration::from_millis(50), "{waited:?}");
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     permit.release().await.unwrap();
 

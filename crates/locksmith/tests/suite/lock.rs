@@ -317,12 +317,14 @@ async fn watchdog_renews_many_leases_in_batched_calls(env: Env) {
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let renewals = env.evalsha_calls(&tag) - before;
     assert!(renewals > 0, "the watchdog renewed");
-    // One call per lock per lease/3 would be about 200 in 2 s. The count
-    // is only ours on the test's own server; on a shared deployment other
-    // tests' script calls land on the same node.
+    // One call per lock per lease/3 would be about 200 in 2 s; batched,
+    // a handful (more when a loaded machine spread the 50 acquires over
+    // several batching windows). The count is only ours on the test's own
+    // server; on a shared deployment other tests' script calls land on the
+    // same node.
     if env.topo == crate::common::Topo::Single {
         assert!(
-            renewals <= 30,
+            renewals <= 60,
             "{renewals} renewal calls for 50 locks over 2 s"
         );
     }

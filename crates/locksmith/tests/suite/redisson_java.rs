@@ -15,9 +15,6 @@ use tokio::time::Instant;
 /// within a second was woken by a message, not by an expiry.
 const LEASE: Duration = Duration::from_secs(30);
 
-/// The quickest of several hand-offs each way comes within this much.
-const HANDOFF: Duration = Duration::from_millis(100);
-
 /// A server, a Rust client and a Java peer (with `peer_args` after the
 /// URL).
 async fn both(peer_args: &[&str]) -> (RedisServer, Client, RedissonPeer) {
@@ -207,10 +204,11 @@ async fn rlock_waiters_are_woken_by_the_other_sides_unlock() {
     eprintln!(
         "hand-offs: Java unlock -> Rust grant {to_rust:?}; Rust release -> Java grant {to_java:?}"
     );
-    // Each hand-off is by message (well under the lease and the re-check);
-    // the quickest of each way shows what the path costs (5 to 20 ms on an
-    // idle machine). A median is not asserted: on a loaded 2-core machine a
-    // descheduled JVM or test thread stretches single hand-offs past 100 ms.
+    // Each hand-off is by message: well under the 30 s lease, and there is
+    // no re-check. What a hand-off costs (5 to 20 ms on an idle machine) is
+    // printed above, not asserted: speed is the benchmarks' question, and
+    // on a loaded 2-core machine a descheduled JVM or test thread stretches
+    // single hand-offs past any tight bound.
     for (way, samples) in [
         ("Java unlock -> Rust grant", &to_rust),
         ("Rust release -> Java grant", &to_java),
@@ -219,21 +217,28 @@ async fn rlock_waiters_are_woken_by_the_other_sides_unlock() {
             samples.iter().all(|d| *d < WOKEN),
             "{way}: every hand-off by the release message: {samples:?}"
         );
-        let best = *samples.iter().min().unwrap();
-        assert!(best < HANDOFF, "{way}: quickest {best:?} ({samples:?})");
     }
 }
+/// The watchdog lease of both sides in the tests of renewal: 4 s, so a
+/// stall of a second or two under load (a descheduled JVM or test thread)
+/// is no loss; the tests sleep past three of them.
+const WATCHDOG_LEASE: Duration = Duration::from_secs(4);
+/// [`WATCHDOG_LEASE`] for the Java peer's `--watchdog-ms`.
+const WATCHDOG_MS: &str = "4000";
+/// Three watchdog leases and a half second.
+const PAST_THREE_LEASES: Duration = Duration::from_millis(12_500);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
     let server = RedisServer::start().expect("start redis-server");
     let client = Client::builder(server.url())
-        .lease(Duration::from_secs(2))
+        .lease(WATCHDOG_LEASE)
         .command_timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap();
     let url = server.url();
-    let java = RedissonPeer::start(&["--url", &url, "--watchdog-ms", "2000"])
+    let java = RedissonPeer::start(&["--url", &url, "--watchdog-ms", WATCHDOG_MS])
         .await
         .unwrap();
     java.call("lock lock java-held 1 -1")
@@ -243,12 +248,12 @@ async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
         .unwrap();
     let rust_lock = client.lock("rust-held").unwrap();
     let guard = rust_lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(6500)).await;
+    tokio::time::sleep(PAST_THREE_LEASES).await;
     let java_lock = client.lock("java-held").unwrap();
     assert_eq!(
         java_lock.info().await.unwrap().holders,
         vec![(java.owner(1), 1)],
-        "Java's watchdog kept its hold past three 2 s leases"
+        "Java's watchdog kept its hold past three leases"
     );
     assert!(!guard.is_lost());
     assert!(
@@ -258,7 +263,7 @@ async fn each_sides_watchdog_keeps_its_own_hold_past_three_leases() {
             .unwrap()
             .truth()
             .unwrap(),
-        "Rust's watchdog kept its hold past three 2 s leases"
+        "Rust's watchdog kept its hold past three leases"
     );
     guard.release().await.unwrap();
     java.call("unlock lock java-held 1")
@@ -444,11 +449,11 @@ async fn a_fair_waiter_giving_up_on_one_side_does_not_stall_the_other() {
     let fair = client.fair_lock("quitter").unwrap();
 
     // A Java waiter ahead gives up; the Rust waiter behind it is served
-    // at the release. (Its wait is 2 s: with a shorter one, Redisson on a
+    // at the release. (Its wait is 5 s: with a shorter one, Redisson on a
     // loaded machine may give up while still subscribing, with a
     // RedisTimeoutException, before it ever queued.)
     let holder = fair.lock().await.unwrap();
-    let quitter = java.send("trylock fair quitter 1 2000 -1").await.unwrap();
+    let quitter = java.send("trylock fair quitter 1 5000 -1").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let queued: usize = redis::cmd("LLEN")
@@ -469,7 +474,7 @@ async fn a_fair_waiter_giving_up_on_one_side_does_not_stall_the_other() {
             .unwrap();
         tokio::spawn(async move { fair.lock().await.unwrap() })
     };
-    let gave_up = RedissonPeer::answer(quitter, Duration::from_secs(10), "trylock")
+    let gave_up = RedissonPeer::answer(quitter, Duration::from_secs(15), "trylock")
         .await
         .unwrap();
     // It gave up: `false`, or, on a loaded machine, Redisson's timeout
@@ -480,15 +485,11 @@ async fn a_fair_waiter_giving_up_on_one_side_does_not_stall_the_other() {
     );
     let released = Instant::now();
     holder.release().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(5), behind)
+    let guard = tokio::time::timeout(Duration::from_secs(10), behind)
         .await
         .expect("the Rust waiter is not stalled by the Java one that left")
         .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        released.elapsed()
-    );
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
 
     // A Rust waiter ahead gives up; the Java waiter behind it is served.
     let leaving = {
@@ -500,12 +501,12 @@ async fn a_fair_waiter_giving_up_on_one_side_does_not_stall_the_other() {
     assert!(leaving.await.unwrap().is_none(), "the Rust waiter gave up");
     let released = Instant::now();
     guard.release().await.unwrap();
-    let granted = RedissonPeer::answer(java_behind, Duration::from_secs(5), "lock fair")
+    let granted = RedissonPeer::answer(java_behind, Duration::from_secs(10), "lock fair")
         .await
         .expect("the Java waiter is not stalled by the Rust one that left");
     granted.ok_value().unwrap();
     assert!(
-        granted.at.saturating_duration_since(released) < Duration::from_secs(2),
+        granted.at.saturating_duration_since(released) < WOKEN,
         "{:?}",
         granted.at.saturating_duration_since(released)
     );
@@ -557,12 +558,12 @@ async fn read_write_locks_share_readers_and_writers_wait_for_the_other_sides_rea
     );
     let unlocked = java.call("unlock read rw 1").await.unwrap();
     unlocked.ok_value().unwrap();
-    let (granted, write) = tokio::time::timeout(Duration::from_secs(5), writer)
+    let (granted, write) = tokio::time::timeout(Duration::from_secs(10), writer)
         .await
         .expect("the Rust writer is woken by the Java reader's unlock")
         .unwrap();
     assert!(
-        granted.saturating_duration_since(unlocked.at) < Duration::from_secs(1),
+        granted.saturating_duration_since(unlocked.at) < WOKEN,
         "{:?}",
         granted.saturating_duration_since(unlocked.at)
     );
@@ -581,12 +582,12 @@ async fn read_write_locks_share_readers_and_writers_wait_for_the_other_sides_rea
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
     read.release().await.unwrap();
-    let granted = RedissonPeer::answer(java_writer, Duration::from_secs(5), "lock write")
+    let granted = RedissonPeer::answer(java_writer, Duration::from_secs(10), "lock write")
         .await
         .expect("the Java writer is woken by the Rust reader's release");
     granted.ok_value().unwrap();
     assert!(
-        granted.at.saturating_duration_since(released) < Duration::from_secs(1),
+        granted.at.saturating_duration_since(released) < WOKEN,
         "{:?}",
         granted.at.saturating_duration_since(released)
     );
@@ -701,9 +702,9 @@ async fn semaphore_permits_are_conserved_across_both_sides() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
     all.release().await.unwrap();
-    let got = RedissonPeer::answer(waiting, Duration::from_secs(5), "sem-acquire").await;
+    let got = RedissonPeer::answer(waiting, Duration::from_secs(10), "sem-acquire").await;
     got.unwrap().ok_value().unwrap();
-    assert!(released.elapsed() < Duration::from_secs(2));
+    assert!(released.elapsed() < WOKEN);
     let rust_waiter = {
         let sem = sem.clone();
         tokio::spawn(async move { sem.acquire(3).await.unwrap() })
@@ -727,8 +728,9 @@ async fn expirable_permits_expire_for_both_sides_and_multi_id_release_is_all_or_
     let sem = client.expirable_semaphore("leases").unwrap();
     assert!(sem.try_set_permits(2).await.unwrap());
     // A Java permit with a short lease: Rust sees it taken, then free once
-    // it expired.
-    let id = java.call("psem-acquire leases 500").await.unwrap();
+    // it expired. (3 s: it must outlive the two Rust calls below on a
+    // loaded machine.)
+    let id = java.call("psem-acquire leases 3000").await.unwrap();
     let java_id = id.ok_value().unwrap().to_owned();
     assert_eq!(
         java_id.len(),
@@ -741,12 +743,12 @@ async fn expirable_permits_expire_for_both_sides_and_multi_id_release_is_all_or_
         "both permits are out"
     );
     let waited = Instant::now();
-    let second = tokio::time::timeout(Duration::from_secs(5), sem.acquire())
+    let second = tokio::time::timeout(Duration::from_secs(10), sem.acquire())
         .await
         .expect("the expired Java permit is available to Rust")
         .unwrap();
     assert!(
-        waited.elapsed() < Duration::from_secs(3),
+        waited.elapsed() < Duration::from_secs(6),
         "{:?}",
         waited.elapsed()
     );
@@ -799,7 +801,7 @@ async fn count_down_latches_open_for_waiters_on_the_other_side() {
         answer.truth().unwrap(),
         "the Java waiter saw the latch open"
     );
-    assert!(answer.at.saturating_duration_since(opened) < Duration::from_secs(1));
+    assert!(answer.at.saturating_duration_since(opened) < WOKEN);
 
     // Rust waits, Java counts down.
     assert!(java
@@ -822,7 +824,7 @@ async fn count_down_latches_open_for_waiters_on_the_other_side() {
     counted.ok_value().unwrap();
     let (opened, at) = waiter.await.unwrap();
     assert!(opened, "the Rust waiter saw the latch open");
-    assert!(at.saturating_duration_since(counted.at) < Duration::from_secs(1));
+    assert!(at.saturating_duration_since(counted.at) < WOKEN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -905,8 +907,10 @@ async fn a_key_prefix_and_a_name_mapper_address_the_same_keys() {
 }
 
 /// Within this long of the other side's release a waiter counts as woken
-/// by its message (the leases are 30 s) on a loaded machine.
-const WOKEN: Duration = Duration::from_secs(2);
+/// by its message (the leases are 30 s, and no re-check comes sooner) on a
+/// loaded machine, where a JVM or a test thread can be descheduled for a
+/// second or two.
+const WOKEN: Duration = Duration::from_secs(5);
 
 /// Waits for the answer `rx` to `what` and checks it came within [`WOKEN`]
 /// of `since`.
@@ -1196,12 +1200,12 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
     let server = RedisServer::start().expect("start redis-server");
     let short = |server: &RedisServer| {
         Client::builder(server.url())
-            .lease(Duration::from_secs(2))
+            .lease(WATCHDOG_LEASE)
             .command_timeout(Duration::from_secs(2))
             .build()
     };
     let url = server.url();
-    let peer_args = ["--url", url.as_str(), "--watchdog-ms", "2000"];
+    let peer_args = ["--url", url.as_str(), "--watchdog-ms", WATCHDOG_MS];
 
     // A Java reader dies; a Rust reader renews for three of its leases.
     let client = short(&server).await.unwrap();
@@ -1215,11 +1219,11 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .unwrap();
     let read = rw.read().await.unwrap();
     drop(dying); // killed: no unlock, its watchdog gone with it
-    tokio::time::sleep(Duration::from_millis(6500)).await;
+    tokio::time::sleep(PAST_THREE_LEASES).await;
     assert!(!read.is_lost(), "the live Rust reader kept its hold");
     read.release().await.unwrap();
     let writer = client.read_write_lock("zombie-java").unwrap();
-    let write = tokio::time::timeout(Duration::from_secs(2), writer.write())
+    let write = tokio::time::timeout(Duration::from_secs(5), writer.write())
         .await
         .expect("the dead Java reader does not hold the writer back")
         .unwrap();
@@ -1242,7 +1246,7 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .unwrap();
     std::mem::forget(held); // never released
     dying.close().await.expect("closed");
-    tokio::time::sleep(Duration::from_millis(6500)).await;
+    tokio::time::sleep(PAST_THREE_LEASES).await;
     assert!(
         java.call("held read zombie-rust 1")
             .await
@@ -1257,7 +1261,7 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .ok_value()
         .unwrap();
     let tried = java
-        .call("trylock write zombie-rust 2 2000 -1")
+        .call("trylock write zombie-rust 2 5000 -1")
         .await
         .unwrap();
     assert!(
@@ -1339,7 +1343,7 @@ async fn a_java_waiter_behind_a_locksmith_waiter_keeps_its_place_through_a_long_
     let rust = client
         .fair_lock("long")
         .unwrap()
-        .with_wait_timeout(Duration::from_millis(900))
+        .with_wait_timeout(Duration::from_secs(2))
         .unwrap();
     let rust_waiter = tokio::spawn(async move {
         let guard = rust.lock().await.unwrap();
@@ -1362,7 +1366,7 @@ async fn a_java_waiter_behind_a_locksmith_waiter_keeps_its_place_through_a_long_
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Longer than the locksmith waiter's patience (it refreshes meanwhile).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     holder.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), rust_waiter)
         .await

@@ -36,8 +36,11 @@ async fn sentinel_failover_moves_the_lock_and_its_waiters_to_the_new_primary() {
         .await
         .unwrap();
     let url = sentinel_url(&group);
+    // A lease that outlasts a slow failover (a split vote is retried only
+    // after 10 s), renewed every 5 s.
+    let lease = Duration::from_secs(15);
     let holder = Client::builder(url.clone())
-        .lease(Duration::from_secs(6))
+        .lease(lease)
         .command_timeout(Duration::from_secs(1))
         .build()
         .await
@@ -73,8 +76,11 @@ async fn sentinel_failover_moves_the_lock_and_its_waiters_to_the_new_primary() {
     assert_ne!(old_primary, new_primary);
 
     // The holder keeps its lock: its renewals reach the new primary (the
-    // grant was replicated) before the 6 s lease runs out.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // grant was replicated). Past a renewal period and some, the lease
+    // left there shows a renewal since the failover: without one it
+    // would be at most the lease less this wait and the failover's.
+    let waited = lease / 3 + Duration::from_secs(2);
+    tokio::time::sleep(waited).await;
     assert!(
         !guard.is_lost(),
         "the replicated grant survives the failover and keeps being renewed"
@@ -82,10 +88,15 @@ async fn sentinel_failover_moves_the_lock_and_its_waiters_to_the_new_primary() {
     assert!(!waiting.is_finished(), "the waiter still waits");
     let info = lock.info().await.unwrap();
     assert_eq!(info.holders.len(), 1, "held on the new primary: {info:?}");
+    let left = info.remaining_lease.expect("a lease on the new primary");
+    assert!(
+        left > lease - waited + Duration::from_millis(500),
+        "renewed on the new primary: {left:?} left"
+    );
     guard.release().await.unwrap();
     // Woken by the release message once its pub/sub connection has moved
-    // to the new primary, or at the latest by its bounded re-check (the
-    // 6 s lease), which a loaded machine can stretch.
+    // to the new primary, or at the latest by its re-check (every second),
+    // which a loaded machine can stretch.
     let got = tokio::time::timeout(Duration::from_secs(20), waiting)
         .await
         .expect("the waiter acquires on the new primary")
