@@ -100,19 +100,27 @@ async fn every_kind_is_listed_with_its_holders() {
         .arg(vec![0xffu8; 100])
         .query(&mut conn)
         .unwrap();
-    // The fair waiter in line before the listing counts it.
+    // Every waiter in place before the listing counts it: the fair one in
+    // line, the semaphore's and the latch's listening on their channels
+    // (without a listener a semaphore or a latch reads as a counter).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let queued: u64 = redis::cmd("LLEN")
             .arg("redisson_lock_queue:{l:fair}")
             .query(&mut conn)
             .unwrap();
-        if queued == 1 {
+        let (_, sem, _, latch): (String, u64, String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{l:sem}")
+            .arg("redisson_countdownlatch__channel__{l:latch}")
+            .query(&mut conn)
+            .unwrap();
+        if queued == 1 && sem >= 1 && latch >= 1 {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the fair waiter never queued"
+            "the waiters never waited: {queued} queued, {sem} on the semaphore, {latch} on the latch"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

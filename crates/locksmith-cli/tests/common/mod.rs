@@ -173,13 +173,15 @@ impl Gate {
     }
 
     /// A `sh -c` script: runs `first`, marks the command as running, then
-    /// waits for the gate to open, then runs `last`.
+    /// waits for the gate to open (or to be dropped: a test that failed
+    /// first leaves no command waiting), then runs `last`.
     pub fn script(&self, first: &str, last: &str) -> String {
         let ready = self.dir.join("ready");
         let open = self.dir.join("open");
         format!(
-            "{first}\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n{last}",
+            "{first}\ntouch '{}'\nwhile [ -d '{}' ] && [ ! -e '{}' ]; do sleep 0.05; done\n{last}",
             ready.display(),
+            self.dir.display(),
             open.display()
         )
     }

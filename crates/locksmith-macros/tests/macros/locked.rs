@@ -102,7 +102,7 @@ async fn the_wait_bound_yields_the_busy_error() {
     let client = locksmith::Client::open(&redis.url()).await.unwrap();
     let holder = {
         let client = client.clone();
-        // Held for 3 s from when it is seen below: the call after it
+        // Held for 3 s once taken: the call after it is seen held below
         // (100 ms of wait) finds it busy also on a loaded machine.
         tokio::spawn(async move { hold(&client, 1, 3_000).await })
     };
@@ -122,7 +122,7 @@ async fn the_wait_bound_without_busy_yields_error_busy() {
     let client = locksmith::Client::open(&redis.url()).await.unwrap();
     let holder = {
         let client = client.clone();
-        // Held for 3 s from when it is seen below: the call after it
+        // Held for 3 s once taken: the call after it is seen held below
         // (100 ms of wait) finds it busy also on a loaded machine.
         tokio::spawn(async move { hold_plain(&client, 1, 3_000).await })
     };

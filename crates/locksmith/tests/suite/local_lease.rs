@@ -145,7 +145,7 @@ async fn a_leftover_grant_picked_up_later_keeps_its_own_expiry() {
     let (server, client) = setup(Duration::from_secs(10)).await;
     let lock = client.lock("leftover").unwrap();
     // A grant of this owner left on the server by an attempt it gave up on
-    // (its undo never got through), with 500 ms of its lease left.
+    // (its undo never got through), with 5 s of its lease left.
     let mut admin = server.connection().unwrap();
     let _: () = redis::pipe()
         .cmd("HSET")

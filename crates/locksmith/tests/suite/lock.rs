@@ -158,8 +158,10 @@ async fn watchdog_keeps_the_lock_past_several_leases_and_stops_after_release(env
 
 async fn force_unlock_makes_the_holder_lose_and_wakes_waiters(env: Env) {
     // Long enough that the lease cannot lapse before the force unlock on a
-    // loaded machine (the unlock would then find nothing to free).
-    let lease = Duration::from_secs(3);
+    // loaded machine (the unlock would then find nothing to free), and
+    // longer than the waiter's bound below: a waiter not woken by the
+    // unlock's message would wait for it.
+    let lease = Duration::from_secs(10);
     let client = env.client(lease).await;
     let name = env.name("forced");
     let holder = client.lock(name.clone()).unwrap();
@@ -167,7 +169,13 @@ async fn force_unlock_makes_the_holder_lose_and_wakes_waiters(env: Env) {
     let waiter_lock = client.lock(name).unwrap();
     let waiter =
         tokio::spawn(async move { waiter_lock.try_lock_for(Duration::from_secs(20)).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            client.parked_waiter_count() == 1
+        })
+        .await,
+        "the waiter waits"
+    );
     assert!(holder.force_unlock().await.unwrap());
     let got = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await

@@ -225,7 +225,7 @@ async fn classic_and_both_notifications_on_a_cluster_reach_classic_clients() {
     for mode in [NotifyMode::Classic, NotifyMode::Both] {
         // A 10 s command bound: connecting to the cluster (its probes) is
         // not what this test is about, and under the full suite's load it
-        // once took longer than the suite's usual 2 s.
+        // once took longer than the 2 s the suite's clients had then.
         let built = env
             .builder(Duration::from_secs(30))
             .command_timeout(Duration::from_secs(10))

@@ -12,7 +12,7 @@ use locksmith_testkit::{RedisServer, RedissonPeer};
 use tokio::time::Instant;
 
 /// Leases are long (30 s) unless a test is about renewal: a waiter granted
-/// within a second was woken by a message, not by an expiry.
+/// within [`WOKEN`] was woken by a message, not by an expiry.
 const LEASE: Duration = Duration::from_secs(30);
 
 /// A server, a Rust client and a Java peer (with `peer_args` after the
@@ -219,6 +219,7 @@ async fn rlock_waiters_are_woken_by_the_other_sides_unlock() {
         );
     }
 }
+
 /// The watchdog lease of both sides in the tests of renewal: 4 s, so a
 /// stall of a second or two under load (a descheduled JVM or test thread)
 /// is no loss; the tests sleep past three of them.
@@ -1222,11 +1223,15 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
     tokio::time::sleep(PAST_THREE_LEASES).await;
     assert!(!read.is_lost(), "the live Rust reader kept its hold");
     read.release().await.unwrap();
+    // At once, not once a lease more ran out: the last live reader's
+    // release frees the lock (kept alive for the dead reader, the lock
+    // would hold the writer back for up to a watchdog lease).
     let writer = client.read_write_lock("zombie-java").unwrap();
-    let write = tokio::time::timeout(Duration::from_secs(5), writer.write())
+    let write = writer
+        .try_write()
         .await
-        .expect("the dead Java reader does not hold the writer back")
-        .unwrap();
+        .unwrap()
+        .expect("the dead Java reader does not hold the writer back");
     write.release().await.unwrap();
 
     // A Rust reader dies (its client closed with the hold unreleased); a
@@ -1260,10 +1265,8 @@ async fn a_dead_reader_of_either_side_is_not_kept_alive_by_the_others_renewal() 
         .unwrap()
         .ok_value()
         .unwrap();
-    let tried = java
-        .call("trylock write zombie-rust 2 5000 -1")
-        .await
-        .unwrap();
+    // At once, as above.
+    let tried = java.call("trylock write zombie-rust 2 0 -1").await.unwrap();
     assert!(
         tried.truth().unwrap(),
         "the dead Rust reader does not hold the Java writer back"
