@@ -74,6 +74,27 @@ pub(crate) struct ConnArgs {
         value_name = "PREFIX"
     )]
     pub(crate) key_prefix: Option<String>,
+    /// How long connecting may take, per connection (the library's
+    /// `ClientBuilder::connect_timeout`; a whole cluster or Sentinel
+    /// connect gets twice this) [default: 5s].
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKSMITH_CONNECT_TIMEOUT",
+        value_name = "DUR",
+        value_parser = crate::duration::parse_nonzero
+    )]
+    pub(crate) connect_timeout: Option<std::time::Duration>,
+    /// How long one command may wait for its reply (the library's
+    /// `ClientBuilder::command_timeout`) [default: 3s].
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKSMITH_COMMAND_TIMEOUT",
+        value_name = "DUR",
+        value_parser = crate::duration::parse_nonzero
+    )]
+    pub(crate) command_timeout: Option<std::time::Duration>,
 }
 
 impl ConnArgs {
@@ -147,6 +168,12 @@ impl ConnArgs {
         }
         if let Some(prefix) = &self.key_prefix {
             b = b.key_prefix(prefix);
+        }
+        if let Some(timeout) = self.connect_timeout {
+            b = b.connect_timeout(timeout);
+        }
+        if let Some(timeout) = self.command_timeout {
+            b = b.command_timeout(timeout);
         }
         b
     }

@@ -40,6 +40,9 @@ fn every_bad_invocation_maps_to_its_exit_code() {
         (&["id", "i", "--block", "0"], 64),
         (&["id", "i", "--count", "0"], 64),
         (&["completions", "tcsh"], 64),
+        (&["--connect-timeout", "0", "status", "x"], 64),
+        (&["--command-timeout", "soon", "status", "x"], 64),
+        (&["--command-timeout", "2d", "status", "x"], 64),
         (&["frobnicate"], 64),
         (
             &["run", "--lock", "a-list", "--wait", "0", "--", "true"],
@@ -78,4 +81,37 @@ fn every_bad_invocation_maps_to_its_exit_code() {
             "{args:?}: names the address"
         );
     }
+}
+
+/// `--connect-timeout` and `--command-timeout` reach the client: behind a
+/// proxy that delays every chunk 300 ms (600 ms a round trip), a command
+/// bound of 100 ms fails as unreachable and says it timed out, and the
+/// defaults (5 s to connect, 3 s a command) go through.
+#[test]
+fn the_timeouts_reach_the_client() {
+    let server = RedisServer::start().unwrap();
+    let proxy = locksmith_testkit::FaultProxy::start(&server.addr()).unwrap();
+    proxy.set_mode(locksmith_testkit::FaultMode::Latency(
+        std::time::Duration::from_millis(300),
+    ));
+    let through = |extra: &[&str]| {
+        let mut cmd = locksmith(&server);
+        cmd.args(["--redis", &proxy.url()])
+            .args(extra)
+            .args(["status", "timeouts"]);
+        common::finish(cmd.spawn().unwrap(), std::time::Instant::now())
+    };
+    // A connect bound with room: the handshake's round trips are slow too.
+    let out = through(&["--connect-timeout", "20s"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let out = through(&["--connect-timeout", "20s", "--command-timeout", "100ms"]);
+    assert_eq!(out.code, Some(69), "{out:?}");
+    assert!(out.stderr.contains("timed out"), "{out:?}");
+    // The environment variable works as the flag does.
+    let mut cmd = locksmith(&server);
+    cmd.args(["--redis", &proxy.url(), "status", "timeouts"])
+        .env("LOCKSMITH_CONNECT_TIMEOUT", "20s")
+        .env("LOCKSMITH_COMMAND_TIMEOUT", "100ms");
+    let out = common::finish(cmd.spawn().unwrap(), std::time::Instant::now());
+    assert_eq!(out.code, Some(69), "{out:?}");
 }

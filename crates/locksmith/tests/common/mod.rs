@@ -278,13 +278,16 @@ impl Env {
         self.builder(lease).build().await.expect("connect")
     }
 
-    /// A builder with the suite's defaults: commands get 5 s, room for a
-    /// loaded machine. Replica acknowledgement keeps its default (on where
-    /// there are replicas, 1 s): an explicit minimum would refuse to
-    /// connect while a replica of the shared deployments is briefly away.
+    /// A builder with the suite's defaults: room for a loaded machine,
+    /// 10 s to connect (a cluster connect, twice that, dials every node
+    /// twice) and 5 s a command. Replica acknowledgement keeps its default
+    /// (on where there are replicas, 1 s): an explicit minimum would
+    /// refuse to connect while a replica of the shared deployments is
+    /// briefly away.
     pub fn builder(&self, lease: Duration) -> locksmith::ClientBuilder {
         self.builder_for(&self.url)
             .lease(lease)
+            .connect_timeout(Duration::from_secs(10))
             .command_timeout(Duration::from_secs(5))
     }
 
