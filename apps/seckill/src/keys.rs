@@ -41,6 +41,13 @@ pub fn pending(voucher: i64) -> String {
     format!("seckill:pending:{{{voucher}}}")
 }
 
+/// Set of the ids of take attempts given up on after their reply was lost
+/// (the synchronous strategies' `SETTLE`): such an attempt changes
+/// nothing if it reaches Redis later. Expires an hour after the last one.
+pub fn given_up_takes(voucher: i64) -> String {
+    format!("seckill:given-up-takes:{{{voucher}}}")
+}
+
 /// Set of voucher ids whose dead-letter stream holds entries (what
 /// `/healthz` checks).
 pub const DEAD_LETTERED: &str = "seckill:dead-lettered";
@@ -65,6 +72,7 @@ pub fn sale_keys(voucher: i64, segments: i64) -> Vec<String> {
         meta(voucher),
         orders_stream(voucher),
         pending(voucher),
+        given_up_takes(voucher),
     ];
     all.extend((0..segments).map(|s| segment_stock(voucher, s)));
     all
@@ -87,6 +95,7 @@ mod tests {
             orders_stream(7),
             dead_letter_stream(7),
             pending(7),
+            given_up_takes(7),
         ] {
             assert!(key.contains("{7}"), "{key}");
         }

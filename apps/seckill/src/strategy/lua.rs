@@ -42,11 +42,10 @@ pub(super) async fn purchase(
         let called: redis::RedisResult<i64> = gate().invoke_async(&mut conn).await;
         match called {
             Ok(code) => break code,
-            // Never sent: nothing was accepted.
-            Err(e) if e.is_connection_refusal() => return Err(e.into()),
             // The reply was lost: the script may have run. The pending
-            // hash tells, because the gate records the order there.
-            Err(e) if e.is_timeout() || e.is_connection_dropped() || e.is_io_error() => {
+            // hash tells, because the gate records the order there. (A
+            // refused connection sent nothing: the error below.)
+            Err(e) if super::reply_lost(&e) => {
                 tracing::warn!(order_id = id, user_id, "gate reply lost ({e}); checking");
                 let recorded: redis::RedisResult<Option<i64>> = redis::cmd("HGET")
                     .arg(keys::pending(voucher.id))

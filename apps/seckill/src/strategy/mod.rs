@@ -112,15 +112,53 @@ async fn already_bought(
 /// lost its data since the read, writing would revive it from a stale
 /// value and the service would go on selling from state it no longer has.
 ///
-/// KEYS[1] stock counter, KEYS[2] buyers set; ARGV[1] the new count,
-/// ARGV[2] user id. Answers 1 taken, 0 counter gone.
+/// Each call carries an attempt id of its own: an attempt that [`SETTLE`]
+/// gave up on changes nothing if it reaches Redis afterwards.
+///
+/// KEYS[1] stock counter, KEYS[2] buyers set, KEYS[3] the attempts given
+/// up on; ARGV[1] the new count, ARGV[2] user id, ARGV[3] attempt id.
+/// Answers 1 taken, 0 counter gone, 2 this attempt was given up on.
 static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
-        "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
+        "if redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then return 2 end \
+         if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
          redis.call('SADD', KEYS[2], ARGV[2]) \
          redis.call('SET', KEYS[1], ARGV[1]) return 1",
     )
 });
+
+/// Settles a [`TAKE`] whose reply was lost (it timed out, or the
+/// connection broke after it was sent), so that its outcome is known and
+/// stays so. The buyer in the set means it ran: the caller checked the
+/// buyer was not there before, and holds the only purchase of this user
+/// (the per-user lock of `lock` and `segmented`). Otherwise the attempt is
+/// recorded as given up, in one step with the check, so that a take still
+/// on its way (in a socket buffer, behind a slow command) changes nothing
+/// when it comes. Without this, a take that ran while its reply was lost
+/// left the buyer in the set with no order: the item was gone and every
+/// retry was refused as a duplicate.
+///
+/// KEYS[1] buyers set, KEYS[2] the attempts given up on; ARGV[1] user id,
+/// ARGV[2] attempt id, ARGV[3] how long (ms) the record of given-up
+/// attempts is kept. Answers 1 taken, 0 given up.
+static SETTLE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end \
+         redis.call('SADD', KEYS[2], ARGV[2]) \
+         redis.call('PEXPIRE', KEYS[2], ARGV[3]) return 0",
+    )
+});
+
+/// How long a given-up take attempt is remembered: far past the longest a
+/// request can spend on its way to Redis.
+const GIVEN_UP_KEPT: Duration = Duration::from_secs(3600);
+
+/// Whether a command's reply was lost after it may have reached Redis:
+/// it timed out, or the connection broke. A connection refused was never
+/// sent anywhere.
+pub(crate) fn reply_lost(e: &redis::RedisError) -> bool {
+    !e.is_connection_refusal() && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error())
+}
 
 /// The read-check-write every synchronous strategy runs under its own kind
 /// of exclusion (or none): read the counter, refuse at zero, then write it
@@ -142,29 +180,88 @@ async fn read_check_write(
     if stock <= 0 {
         return Ok(false);
     }
-    let taken: i64 = TAKE
+    let attempt = uuid::Uuid::new_v4().to_string();
+    let taken: redis::RedisResult<i64> = TAKE
         .key(stock_key)
         .key(keys::buyers(voucher.id))
+        .key(keys::given_up_takes(voucher.id))
         .arg(stock - 1)
         .arg(user_id)
+        .arg(&attempt)
         .invoke_async(&mut conn)
-        .await?;
-    if taken == 0 {
-        return Err(lost_state(voucher));
+        .await;
+    match taken {
+        Ok(1) => Ok(true),
+        Ok(0) => Err(lost_state(voucher)),
+        Ok(other) => Err(AppError::Internal(format!("the take answered {other}"))),
+        Err(e) if reply_lost(&e) => settle(state, voucher, user_id, &attempt, e).await,
+        Err(e) => Err(e.into()),
     }
-    Ok(true)
+}
+
+/// Learns whether a take whose reply was lost (`lost`) ran, with
+/// [`SETTLE`]: `Ok(true)` it did; `Err(lost)` it did not and never will;
+/// outcome unknown when Redis does not answer this either.
+async fn settle(
+    state: &AppState,
+    voucher: &Voucher,
+    user_id: i64,
+    attempt: &str,
+    lost: redis::RedisError,
+) -> Result<bool, AppError> {
+    tracing::warn!(
+        voucher = voucher.id,
+        user_id,
+        "the reply to taking an item was lost ({lost}); checking whether it was taken"
+    );
+    let mut conn = state.redis();
+    let settled: redis::RedisResult<i64> = SETTLE
+        .key(keys::buyers(voucher.id))
+        .key(keys::given_up_takes(voucher.id))
+        .arg(user_id)
+        .arg(attempt)
+        .arg(GIVEN_UP_KEPT.as_millis() as u64)
+        .invoke_async(&mut conn)
+        .await;
+    match settled {
+        Ok(1) => {
+            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "taken").increment(1);
+            Ok(true)
+        }
+        Ok(_) => {
+            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "given_up")
+                .increment(1);
+            Err(lost.into())
+        }
+        Err(e) => {
+            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "unknown")
+                .increment(1);
+            tracing::error!(
+                voucher = voucher.id,
+                user_id,
+                "cannot tell whether an item was taken ({e}); the buyer may be recorded without an order"
+            );
+            Err(AppError::OutcomeUnknown(voucher.id))
+        }
+    }
 }
 
 /// Puts an item back and forgets the buyer, only while the counter exists
-/// (a counter lost with Redis' data is not revived).
+/// (a counter lost with Redis' data is not revived). The item goes back
+/// only with the buyer's entry, so running it twice gives back one item:
+/// a give-back whose reply was lost is sent again.
 ///
 /// KEYS[1] stock counter, KEYS[2] buyers set; ARGV[1] user id
 static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
-         redis.call('INCR', KEYS[1]) redis.call('SREM', KEYS[2], ARGV[1]) return 1",
+         if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('INCR', KEYS[1]) end \
+         return 1",
     )
 });
+
+/// How many times a give-back is sent while its replies are lost.
+const GIVE_BACK_SENDS: u32 = 3;
 
 /// Writes the order of a buyer the gate let through and answers for it.
 ///
@@ -181,18 +278,31 @@ async fn write_now(
 ) -> Result<Accepted, AppError> {
     let give_back = || async {
         let mut conn = state.redis();
-        let result: redis::RedisResult<i64> = GIVE_BACK
-            .key(stock_key)
-            .key(keys::buyers(voucher.id))
-            .arg(user_id)
-            .invoke_async(&mut conn)
-            .await;
-        if let Err(e) = result {
-            tracing::error!(
-                voucher = voucher.id,
-                user_id,
-                "cannot give an item back: {e}"
-            );
+        for send in 1..=GIVE_BACK_SENDS {
+            let result: redis::RedisResult<i64> = GIVE_BACK
+                .key(stock_key)
+                .key(keys::buyers(voucher.id))
+                .arg(user_id)
+                .invoke_async(&mut conn)
+                .await;
+            match result {
+                Ok(_) => return,
+                Err(e) if reply_lost(&e) && send < GIVE_BACK_SENDS => {
+                    tracing::warn!(
+                        voucher = voucher.id,
+                        user_id,
+                        "the reply to giving an item back was lost ({e}); sending it again"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(
+                        voucher = voucher.id,
+                        user_id,
+                        "cannot give an item back: {e}"
+                    );
+                    return;
+                }
+            }
         }
     };
     let (order, outcome) = match write_resolved(state, voucher.id, user_id, guard).await {
@@ -421,6 +531,54 @@ pub async fn stock_left(state: &AppState, voucher: &Voucher) -> Result<Option<i6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The contract between [`TAKE`] and [`SETTLE`], on a real server: a
+    /// settle finds a take that ran; it gives up an attempt that did not,
+    /// and that attempt, reaching Redis late, changes nothing.
+    #[cfg(feature = "demo")]
+    #[test]
+    fn a_given_up_take_changes_nothing_when_it_comes_late() {
+        use redis::Commands;
+        let server = locksmith_testkit::RedisServer::start().unwrap();
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let (stock, buyers, given_up) = (keys::stock(1), keys::buyers(1), keys::given_up_takes(1));
+        let () = conn.set(&stock, 5).unwrap();
+        let take = |conn: &mut redis::Connection, user: i64, attempt: &str| -> i64 {
+            TAKE.key(&stock)
+                .key(&buyers)
+                .key(&given_up)
+                .arg(4)
+                .arg(user)
+                .arg(attempt)
+                .invoke(conn)
+                .unwrap()
+        };
+        let settle = |conn: &mut redis::Connection, user: i64, attempt: &str| -> i64 {
+            SETTLE
+                .key(&buyers)
+                .key(&given_up)
+                .arg(user)
+                .arg(attempt)
+                .arg(GIVEN_UP_KEPT.as_millis() as u64)
+                .invoke(conn)
+                .unwrap()
+        };
+        // Given up before it came: refused, nothing written.
+        assert_eq!(settle(&mut conn, 7, "late"), 0);
+        assert_eq!(take(&mut conn, 7, "late"), 2);
+        assert_eq!(conn.get::<_, i64>(&stock).unwrap(), 5);
+        assert!(!conn.sismember::<_, _, bool>(&buyers, 7).unwrap());
+        let ttl: i64 = conn.pttl(&given_up).unwrap();
+        assert!(ttl > 0, "the record of given-up attempts expires");
+        // Ran, then settled: taken.
+        assert_eq!(take(&mut conn, 7, "ran"), 1);
+        assert_eq!(settle(&mut conn, 7, "ran"), 1);
+        assert_eq!(conn.get::<_, i64>(&stock).unwrap(), 4);
+        assert!(conn.sismember::<_, _, bool>(&buyers, 7).unwrap());
+    }
 
     #[test]
     fn shares_add_up_and_differ_by_at_most_one() {

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{accepted_ids, config, wait_until, Harness};
+use locksmith_testkit::FaultProxy;
 use redis::Commands;
 use seckill::config::Strategy;
 use seckill::keys;
@@ -668,4 +669,164 @@ async fn reseed_keeps_the_orders_still_in_the_stream() {
         let known: bool = conn.sismember(keys::buyers(voucher), user).unwrap();
         assert!(known, "user {user}");
     }
+}
+
+/// One instance of `strategy` whose Redis traffic goes through a fault
+/// proxy, and a voucher of 5 items of which user 1 bought one (so the take
+/// script is loaded when the test starts).
+async fn behind_redis_proxy(strategy: Strategy) -> (Harness, FaultProxy, i64) {
+    let mut h = Harness::start(strategy, 0).await;
+    let proxy = FaultProxy::start(&h.redis.addr()).unwrap();
+    let cfg = config(&proxy.url(), &h.database_url, strategy, "cut-0");
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher(5).await;
+    let (status, body) = h.buy(0, voucher, 1).await;
+    assert_eq!(status, 201, "{body}");
+    (h, proxy, voucher)
+}
+
+/// Items left in Redis and in the database, and the buyers Redis records.
+async fn accounts(h: &Harness, voucher: i64) -> (i64, i64, i64) {
+    let v: serde_json::Value = h
+        .http
+        .get(format!("{}/vouchers/{voucher}", h.servers[0].url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut conn = redis::Client::open(h.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let buyers: i64 = conn.scard(keys::buyers(voucher)).unwrap();
+    (
+        v["stock_left"].as_i64().unwrap(),
+        v["db_stock"].as_i64().unwrap(),
+        buyers,
+    )
+}
+
+/// `lock` and `segmented` take an item with one script (stock and buyer
+/// in one step). When its reply is lost after Redis ran it (here the
+/// connection breaks right after; in a CI run the reply came after the
+/// command timeout), the purchase learns that the item was taken and
+/// sells it. Before, it answered 503 and left the buyer recorded with no
+/// order: the item was gone and every retry was refused as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_that_ran_while_its_reply_was_lost_still_sells_the_item() {
+    for strategy in [Strategy::Lock, Strategy::Segmented] {
+        let (h, proxy, voucher) = behind_redis_proxy(strategy).await;
+        // Only the take (and the check after a lost take) name this key.
+        proxy.cut_reply_after(keys::given_up_takes(voucher).as_bytes());
+        let (status, body) = h.buy(0, voucher, 2).await;
+        assert_eq!(proxy.cuts(), 1, "{strategy:?}: the take's reply was cut");
+        assert_eq!(status, 201, "{strategy:?}: {body}");
+        assert_eq!(
+            h.mine(voucher, 2).await["orders"].as_array().map(Vec::len),
+            Some(1),
+            "{strategy:?}"
+        );
+        assert_eq!(accounts(&h, voucher).await, (3, 3, 2), "{strategy:?}");
+        let (status, body) = h.buy(0, voucher, 2).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (409, &serde_json::json!("already_bought")),
+            "{strategy:?}"
+        );
+    }
+}
+
+/// The other side: the take's reply is lost and it did not run (Redis
+/// answered NOSCRIPT, and that reply was cut). The purchase records the
+/// attempt as given up and answers 503 with nothing taken; the buyer's
+/// retry buys the item. A take of a given-up attempt that reaches Redis
+/// late changes nothing (the script's own test in `strategy`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_that_did_not_run_while_its_reply_was_lost_takes_nothing() {
+    for strategy in [Strategy::Lock, Strategy::Segmented] {
+        let (h, proxy, voucher) = behind_redis_proxy(strategy).await;
+        let mut conn = redis::Client::open(h.redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        proxy.cut_reply_after(keys::given_up_takes(voucher).as_bytes());
+        let (status, body) = h.buy(0, voucher, 2).await;
+        assert_eq!(proxy.cuts(), 1, "{strategy:?}: the take's reply was cut");
+        assert_eq!(status, 503, "{strategy:?}: {body}");
+        assert_eq!(
+            accounts(&h, voucher).await,
+            (4, 4, 1),
+            "{strategy:?}: nothing taken"
+        );
+        let given_up: i64 = conn.scard(keys::given_up_takes(voucher)).unwrap();
+        assert_eq!(
+            given_up, 1,
+            "{strategy:?}: the attempt is recorded as given up"
+        );
+        let (status, body) = h.buy(0, voucher, 2).await;
+        assert_eq!(status, 201, "{strategy:?}: the retry buys: {body}");
+        assert_eq!(accounts(&h, voucher).await, (3, 3, 2), "{strategy:?}");
+    }
+}
+
+/// An item given back after a failed order write goes back once when the
+/// give-back's reply is lost: whether Redis ran it (the connection broke
+/// right after) or not (it answered NOSCRIPT, and that reply was cut), the
+/// give-back is sent again, and a second run finds the buyer gone and adds
+/// nothing. Before, a lost give-back was only logged: had it not run, the
+/// buyer stayed recorded with no order and every retry was refused as a
+/// duplicate; sent again as it was, it gave back two items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_whose_reply_was_lost_gives_back_one_item() {
+    for ran in [true, false] {
+        give_back_with_its_reply_lost(ran).await;
+    }
+}
+
+async fn give_back_with_its_reply_lost(ran: bool) {
+    let mut h = Harness::start(Strategy::Lock, 0).await;
+    let proxy = FaultProxy::start(&h.redis.addr()).unwrap();
+    let mut cfg = config(&proxy.url(), &h.database_url, Strategy::Lock, "cut-0");
+    cfg.db.statement_timeout = Duration::from_millis(100);
+    h.add_instance_with(cfg).await;
+    let voucher = h.create_voucher(5).await;
+    let (status, body) = h.buy(0, voucher, 1).await;
+    assert_eq!(status, 201, "{body}");
+    // With the database locked, order writes fail for sure and the item
+    // goes back. User 3's purchase loads the give-back script, so the cut
+    // one below runs, unless the scripts are flushed. The give-back names
+    // the stock and the buyers with the user id right after them (the
+    // take names the given-up attempts there, the buyer check no stock).
+    let lock = WriteLock::take(&h.database_url).await;
+    let (status, body) = h.buy(0, voucher, 3).await;
+    assert_eq!(status, 503, "{body}");
+    if !ran {
+        let mut conn = redis::Client::open(h.redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    }
+    let (stock, buyers) = (keys::stock(voucher), keys::buyers(voucher));
+    let give_back = format!("{stock}\r\n${}\r\n{buyers}\r\n$1\r\n2\r\n", buyers.len());
+    proxy.cut_reply_after(give_back.as_bytes());
+    let (status, body) = h.buy(0, voucher, 2).await;
+    lock.release().await;
+    assert_eq!(
+        proxy.cuts(),
+        1,
+        "ran {ran}: the give-back's reply was cut: {body}"
+    );
+    assert_eq!(status, 503, "ran {ran}: {body}");
+    assert_eq!(
+        accounts(&h, voucher).await,
+        (4, 4, 1),
+        "ran {ran}: one item back, the buyer forgotten"
+    );
+    let (status, body) = h.buy(0, voucher, 2).await;
+    assert_eq!(status, 201, "ran {ran}: the retry buys: {body}");
+    assert_eq!(accounts(&h, voucher).await, (3, 3, 2), "ran {ran}");
 }
