@@ -66,6 +66,9 @@ pub(crate) struct Config {
     /// Replica acknowledgement of grants, renewals and releases; `None`
     /// decides from the deployment (see `ClientBuilder::replica_acks`).
     pub(crate) replica_acks: Option<Acks>,
+    /// The acknowledgement timeout where `replica_acks` is left to the
+    /// deployment (see `ClientBuilder::replica_ack_timeout`).
+    pub(crate) replica_ack_timeout: Option<Duration>,
     /// Whether metrics carry lock names as a label.
     pub(crate) metric_names: bool,
     /// Whether final releases leave a receipt that lets a resend tell
@@ -110,6 +113,7 @@ impl Default for Config {
             recheck_interval: ClientBuilder::DEFAULT_RECHECK_INTERVAL,
             cluster_notify: None,
             replica_acks: None,
+            replica_ack_timeout: None,
             metric_names: false,
             release_receipts: false,
             tls: TlsOptions::default(),
@@ -600,6 +604,27 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a grant, renewal or release waits for its replica
+    /// acknowledgement where acknowledgement is left to the deployment (on
+    /// where the primary has replicas, see [`ClientBuilder::replica_acks`]).
+    /// Unlike `replica_acks`, this asks for nothing at connect: a deployment
+    /// without replicas (or with one briefly away) connects as it would
+    /// without it, with acknowledgement off. Raise it where replicas lag
+    /// behind under load (a busy host, a managed service across zones)
+    /// and grants are refused with [`Error::NotReplicated`] that a longer
+    /// wait would have acknowledged. An explicit `replica_acks` sets its
+    /// own timeout and overrides this one.
+    ///
+    /// Must be at least 1 ms and shorter than the command timeout (`WAIT`
+    /// travels in the same round trip as the call it follows); `build`
+    /// refuses it otherwise. Default: the shorter of
+    /// [`DEFAULT_REPLICA_ACK_TIMEOUT`](Self::DEFAULT_REPLICA_ACK_TIMEOUT)
+    /// and half the command timeout.
+    pub fn replica_ack_timeout(mut self, timeout: Duration) -> Self {
+        self.config.replica_ack_timeout = Some(timeout);
+        self
+    }
+
     /// Validates the options and connects.
     ///
     /// # Errors
@@ -717,8 +742,14 @@ impl ClientBuilder {
         check_deployment(&address, &conn).await?;
         let version = server_version(&address, &conn).await?;
         let server_id = server_identity(&address, &conn).await?;
-        let (acks, ack_note) =
-            replica_acks(&address, &conn, config.replica_acks, config.command_timeout).await?;
+        let (acks, ack_note) = replica_acks(
+            &address,
+            &conn,
+            config.replica_acks,
+            config.replica_ack_timeout,
+            config.command_timeout,
+        )
+        .await?;
         let mut notes: Vec<String> = ack_note.into_iter().collect();
         let notify = match &address {
             Address::Cluster { .. } => {

@@ -281,14 +281,17 @@ impl Env {
     /// A builder with the suite's defaults: room for a loaded machine,
     /// 10 s to connect (a cluster connect, twice that, dials every node
     /// twice) and 5 s a command. Replica acknowledgement keeps its default
-    /// (on where there are replicas, 1 s): an explicit minimum would
-    /// refuse to connect while a replica of the shared deployments is
-    /// briefly away.
+    /// (on where there are replicas) with 3 s instead of 1 s to come, so a
+    /// replica starved of CPU for a second does not fail a grant with
+    /// `NotReplicated`; an explicit minimum (`replica_acks`) would refuse
+    /// to connect while a replica of the shared deployments is briefly
+    /// away.
     pub fn builder(&self, lease: Duration) -> locksmith::ClientBuilder {
         self.builder_for(&self.url)
             .lease(lease)
             .connect_timeout(Duration::from_secs(10))
             .command_timeout(Duration::from_secs(5))
+            .replica_ack_timeout(Duration::from_secs(3))
     }
 
     /// A builder for another URL of this deployment, trusting the suite's

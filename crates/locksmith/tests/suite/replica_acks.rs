@@ -96,6 +96,12 @@ fn primary_with_replica(no_wait: bool) -> (RedisServer, RedisServer) {
         .arg(primary.port().to_string())
         .start()
         .unwrap();
+    wait_in_sync(&replica);
+    (primary, replica)
+}
+
+/// Waits (up to 20 s) until `replica`'s link to its primary is up.
+fn wait_in_sync(replica: &RedisServer) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let info: String = redis::cmd("INFO")
@@ -103,12 +109,11 @@ fn primary_with_replica(no_wait: bool) -> (RedisServer, RedisServer) {
             .query(&mut replica.connection().unwrap())
             .unwrap();
         if info.contains("master_link_status:up") {
-            break;
+            return;
         }
         assert!(Instant::now() < deadline, "the replica never synced");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (primary, replica)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,4 +232,79 @@ async fn a_cluster_without_sharded_pubsub_notifies_classically() {
         .unwrap();
     assert!(waited < Duration::from_secs(10));
     guard.release().await.unwrap();
+}
+
+/// `replica_ack_timeout` lengthens the default acknowledgement's wait and
+/// asks for nothing more: behind a replication link whose acknowledgement
+/// comes after about 1.4 s (700 ms of latency each way), a grant with the
+/// default 1 s is refused `NotReplicated`, and one with 4 s is granted. A
+/// server without replicas still connects with it (acknowledgement off),
+/// and a timeout of zero or not shorter than the command timeout is
+/// refused at build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longer_acknowledgement_timeout_waits_for_a_slow_replica() {
+    use locksmith_testkit::{FaultMode, FaultProxy};
+    let (primary, _replica, link) = tokio::task::spawn_blocking(|| {
+        let primary = RedisServer::start().unwrap();
+        let link = FaultProxy::start(&primary.addr()).unwrap();
+        let replica = RedisServer::builder()
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(link.addr().rsplit(':').next().unwrap().to_string())
+            .start()
+            .unwrap();
+        wait_in_sync(&replica);
+        (primary, replica, link)
+    })
+    .await
+    .unwrap();
+    link.set_mode(FaultMode::Latency(Duration::from_millis(700)));
+    let short = Client::builder(primary.url())
+        .command_timeout(Duration::from_secs(8))
+        .build()
+        .await
+        .unwrap();
+    let e = short
+        .lock("slow-replica")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        locksmith::ErrorKind::NotReplicated,
+        "the default 1 s is too short: {e}"
+    );
+    let long = Client::builder(primary.url())
+        .command_timeout(Duration::from_secs(8))
+        .replica_ack_timeout(Duration::from_secs(4))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(long.replica_acks(), 1);
+    let guard = long.lock("slow-replica").unwrap().lock().await.unwrap();
+    guard.release().await.unwrap();
+
+    let alone = RedisServer::start().unwrap();
+    let client = Client::builder(alone.url())
+        .replica_ack_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(client.replica_acks(), 0, "no replicas: acknowledgement off");
+    for bad in [
+        Duration::ZERO,
+        Duration::from_secs(2),
+        Duration::from_secs(3),
+    ] {
+        let e = Client::builder(primary.url())
+            .command_timeout(Duration::from_secs(2))
+            .replica_ack_timeout(bad)
+            .build()
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{bad:?}: {e}");
+        assert!(e.to_string().contains("replica_ack_timeout"), "{e}");
+    }
 }

@@ -111,9 +111,10 @@ pub(crate) async fn replica_acks(
     address: &Address,
     conn: &Conn,
     wanted: Option<Acks>,
+    default_timeout: Option<Duration>,
     command_timeout: Duration,
 ) -> Result<(Acks, Option<String>)> {
-    let acks = replica_acks_wanted(address, conn, wanted, command_timeout).await?;
+    let acks = replica_acks_wanted(address, conn, wanted, default_timeout, command_timeout).await?;
     if acks.min == 0 {
         return Ok((acks, None));
     }
@@ -178,10 +179,18 @@ async fn replica_acks_wanted(
     address: &Address,
     conn: &Conn,
     wanted: Option<Acks>,
+    default_timeout: Option<Duration>,
     command_timeout: Duration,
 ) -> Result<Acks> {
     if wanted.is_some_and(|a| a.min == 0) {
         return Ok(Acks::default());
+    }
+    if let Some(timeout) = default_timeout.filter(|_| wanted.is_none()) {
+        if timeout.as_millis() == 0 || timeout >= command_timeout {
+            return Err(Error::invalid(format!(
+                "replica_ack_timeout must be at least 1 ms and shorter than the command timeout ({command_timeout:?}), got {timeout:?}"
+            )));
+        }
     }
     let mut conn = conn.clone();
     let reply: Value = redis::cmd("INFO")
@@ -211,7 +220,9 @@ async fn replica_acks_wanted(
         // call room within the command timeout.
         None if replicas > 0 => Ok(Acks {
             min: 1,
-            timeout: crate::engine::conn::DEFAULT_ACK_TIMEOUT.min(command_timeout / 2),
+            timeout: default_timeout.unwrap_or_else(|| {
+                crate::engine::conn::DEFAULT_ACK_TIMEOUT.min(command_timeout / 2)
+            }),
         }),
         None => Ok(Acks::default()),
         Some(acks) if acks.timeout.as_millis() == 0 || acks.timeout >= command_timeout => {
