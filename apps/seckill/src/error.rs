@@ -40,8 +40,9 @@ pub enum AppError {
     #[error("service unavailable: {0}")]
     Unavailable(String),
     /// The purchase may or may not have gone through: the request ran out of
-    /// time while it completes in the background, or the gate's reply was
-    /// lost. 202, with where to look: `GET /vouchers/{id}/orders/mine`.
+    /// time while it completes in the background, or the reply to taking
+    /// the item (the gate's, or a take's) was lost and could not be
+    /// checked. 202, with where to look: `GET /vouchers/{id}/orders/mine`.
     #[error("the outcome is not known yet; check GET /vouchers/{0}/orders/mine")]
     OutcomeUnknown(i64),
     /// Waited too long for a lock (503; retrying later may succeed).

@@ -41,11 +41,12 @@ pub fn pending(voucher: i64) -> String {
     format!("seckill:pending:{{{voucher}}}")
 }
 
-/// Set of the ids of take attempts given up on after their reply was lost
-/// (the synchronous strategies' `SETTLE`): such an attempt changes
-/// nothing if it reaches Redis later. Expires an hour after the last one.
-pub fn given_up_takes(voucher: i64) -> String {
-    format!("seckill:given-up-takes:{{{voucher}}}")
+/// Hash of the synchronous strategies' takes, by attempt id: `taken`,
+/// `returned` once its item went back, or `given-up` when its answer was
+/// lost and it had not run (it then changes nothing if it comes later).
+/// One entry per take; it goes with the sale's other keys.
+pub fn takes(voucher: i64) -> String {
+    format!("seckill:takes:{{{voucher}}}")
 }
 
 /// Set of voucher ids whose dead-letter stream holds entries (what
@@ -72,7 +73,7 @@ pub fn sale_keys(voucher: i64, segments: i64) -> Vec<String> {
         meta(voucher),
         orders_stream(voucher),
         pending(voucher),
-        given_up_takes(voucher),
+        takes(voucher),
     ];
     all.extend((0..segments).map(|s| segment_stock(voucher, s)));
     all
@@ -95,7 +96,7 @@ mod tests {
             orders_stream(7),
             dead_letter_stream(7),
             pending(7),
-            given_up_takes(7),
+            takes(7),
         ] {
             assert!(key.contains("{7}"), "{key}");
         }

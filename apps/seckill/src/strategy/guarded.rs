@@ -7,20 +7,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use super::{already_bought, write_now, Accepted};
+use super::{already_bought, write_now, Accepted, Taken};
 use crate::db::{StockGuard, Voucher};
 use crate::error::AppError;
 use crate::state::AppState;
 
 /// A strategy's stock step: take one item under the strategy's own lock(s)
-/// and return the key it was taken from, or `None` when sold out.
+/// and return the take, or `None` when sold out.
 pub(super) type TakeItem =
     for<'a> fn(
         &'a AppState,
         &'a Voucher,
         i64,
         Instant,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Option<Taken>, AppError>> + Send + 'a>>;
 
 /// The purchase of one user, under the user's lock: nobody else can buy for
 /// this user between the "already bought?" check and the order write.
@@ -53,9 +53,7 @@ pub(super) async fn per_user(
         }
         let deadline = Instant::now() + state.config().lock_wait;
         match take(state, voucher, user_id, deadline).await? {
-            Some(stock_key) => {
-                write_now(state, voucher, user_id, &stock_key, StockGuard::Enforce).await
-            }
+            Some(taken) => write_now(state, voucher, user_id, &taken, StockGuard::Enforce).await,
             None => Err(AppError::SoldOut),
         }
     }

@@ -16,7 +16,7 @@ pub(super) async fn purchase(
     check_window(voucher)?;
     let stock_key = keys::stock(voucher.id);
     let mutex = state.local_lock(voucher.id);
-    {
+    let taken = {
         let started = std::time::Instant::now();
         let _held = mutex.lock().await;
         metrics::histogram!("seckill_lock_wait_seconds", "lock" => "local")
@@ -24,10 +24,11 @@ pub(super) async fn purchase(
         if already_bought(state, voucher, user_id).await? {
             return Err(AppError::AlreadyBought);
         }
-        if !read_check_write(state, voucher, &stock_key, user_id).await? {
+        let Some(taken) = read_check_write(state, voucher, &stock_key, user_id).await? else {
             return Err(AppError::SoldOut);
-        }
-    }
+        };
+        taken
+    };
     // The racy stage writes what its gate let through, unguarded.
-    write_now(state, voucher, user_id, &stock_key, StockGuard::Unguarded).await
+    write_now(state, voucher, user_id, &taken, StockGuard::Unguarded).await
 }

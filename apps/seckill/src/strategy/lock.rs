@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use super::guarded::{acquire, per_user, release};
-use super::{check_window, read_check_write, Accepted};
+use super::{check_window, read_check_write, Accepted, Taken};
 use crate::db::Voucher;
 use crate::error::AppError;
 use crate::keys;
@@ -24,13 +24,13 @@ pub(super) async fn purchase(
 }
 
 /// Takes one item from the voucher's single counter under the voucher's
-/// lock; the key it was taken from, or `None` when sold out.
+/// lock; the take, or `None` when sold out.
 fn take_item<'a>(
     state: &'a AppState,
     voucher: &'a Voucher,
     user_id: i64,
     deadline: Instant,
-) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>> {
+) -> Pin<Box<dyn Future<Output = Result<Option<Taken>, AppError>> + Send + 'a>> {
     Box::pin(async move {
         let stock_key = keys::stock(voucher.id);
         // Stock only goes down (but for an item given back after a failed
@@ -50,6 +50,6 @@ fn take_item<'a>(
         let guard = acquire(state, &keys::voucher_lock(voucher.id), "voucher", wait).await?;
         let taken = read_check_write(state, voucher, &stock_key, user_id).await;
         release(guard).await;
-        Ok(taken?.then_some(stock_key))
+        taken
     })
 }

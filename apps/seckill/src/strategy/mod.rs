@@ -104,6 +104,16 @@ async fn already_bought(
     Ok(bought)
 }
 
+/// An item a purchase took: where from, and the take's attempt id, which
+/// the give-back names (see [`TAKE`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Taken {
+    /// The counter the item came from.
+    pub(crate) stock_key: String,
+    /// The id the take was recorded under in the voucher's takes hash.
+    pub(crate) attempt: String,
+}
+
 /// Takes one item and records its buyer in one step: either both happen or
 /// neither does (a script is atomic, also against Redis dying in the
 /// middle, as AOF and replicas get its writes as one transaction). The
@@ -112,46 +122,46 @@ async fn already_bought(
 /// lost its data since the read, writing would revive it from a stale
 /// value and the service would go on selling from state it no longer has.
 ///
-/// Each call carries an attempt id of its own: an attempt that [`SETTLE`]
-/// gave up on changes nothing if it reaches Redis afterwards.
+/// Each take carries an attempt id of its own, recorded in the voucher's
+/// takes hash ([`keys::takes`]) in the same step: `taken`, later
+/// `returned` by [`GIVE_BACK`], or `given-up` by [`SETTLE`] before it ran.
+/// A take sent again (a client resending after a broken connection) finds
+/// its record and changes nothing more; a given-up one changes nothing.
 ///
-/// KEYS[1] stock counter, KEYS[2] buyers set, KEYS[3] the attempts given
-/// up on; ARGV[1] the new count, ARGV[2] user id, ARGV[3] attempt id.
-/// Answers 1 taken, 0 counter gone, 2 this attempt was given up on.
+/// KEYS[1] stock counter, KEYS[2] buyers set, KEYS[3] takes hash; ARGV[1]
+/// the new count, ARGV[2] user id, ARGV[3] attempt id. Answers 1 taken, 0
+/// counter gone, 2 this attempt was given up on.
 static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
-        "if redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then return 2 end \
+        "local seen = redis.call('HGET', KEYS[3], ARGV[3]) \
+         if seen == 'given-up' then return 2 end \
+         if seen then return 1 end \
          if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
          redis.call('SADD', KEYS[2], ARGV[2]) \
-         redis.call('SET', KEYS[1], ARGV[1]) return 1",
+         redis.call('SET', KEYS[1], ARGV[1]) \
+         redis.call('HSET', KEYS[3], ARGV[3], 'taken') return 1",
     )
 });
 
-/// Settles a [`TAKE`] whose reply was lost (it timed out, or the
-/// connection broke after it was sent), so that its outcome is known and
-/// stays so. The buyer in the set means it ran: the caller checked the
-/// buyer was not there before, and holds the only purchase of this user
-/// (the per-user lock of `lock` and `segmented`). Otherwise the attempt is
-/// recorded as given up, in one step with the check, so that a take still
-/// on its way (in a socket buffer, behind a slow command) changes nothing
-/// when it comes. Without this, a take that ran while its reply was lost
-/// left the buyer in the set with no order: the item was gone and every
-/// retry was refused as a duplicate.
+/// Settles a [`TAKE`] whose answer did not come (its reply was lost to a
+/// timeout or a broken connection, or a cluster client's resends ended in
+/// an error), so that its outcome is known and stays so: the attempt's
+/// record says whether it ran; without one, it is recorded as given up in
+/// the same step, so that a take still on its way (in a socket buffer,
+/// behind a slow command) changes nothing when it comes. Without this, a
+/// take that ran while its reply was lost left the buyer recorded with no
+/// order: the item was gone and every retry was refused as a duplicate.
+/// Running it again answers the same.
 ///
-/// KEYS[1] buyers set, KEYS[2] the attempts given up on; ARGV[1] user id,
-/// ARGV[2] attempt id, ARGV[3] how long (ms) the record of given-up
-/// attempts is kept. Answers 1 taken, 0 given up.
+/// KEYS[1] takes hash; ARGV[1] attempt id. Answers 1 taken, 0 given up.
 static SETTLE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
-        "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end \
-         redis.call('SADD', KEYS[2], ARGV[2]) \
-         redis.call('PEXPIRE', KEYS[2], ARGV[3]) return 0",
+        "local seen = redis.call('HGET', KEYS[1], ARGV[1]) \
+         if seen == 'given-up' then return 0 end \
+         if seen then return 1 end \
+         redis.call('HSET', KEYS[1], ARGV[1], 'given-up') return 0",
     )
 });
-
-/// How long a given-up take attempt is remembered: far past the longest a
-/// request can spend on its way to Redis.
-const GIVEN_UP_KEPT: Duration = Duration::from_secs(3600);
 
 /// Whether a command's reply was lost after it may have reached Redis:
 /// it timed out, or the connection broke. A connection refused was never
@@ -160,17 +170,51 @@ pub(crate) fn reply_lost(e: &redis::RedisError) -> bool {
     !e.is_connection_refusal() && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error())
 }
 
+/// Whether an error is for good: Redis refused the command itself (a wrong
+/// type, a missing right, a script error), or the client could not form
+/// it. Anything else (a lost reply, a broken or refused connection, a
+/// cluster redirect or failover) may pass.
+fn permanent(e: &redis::RedisError) -> bool {
+    matches!(e.retry_method(), redis::RetryMethod::NoRetry)
+}
+
+/// Sends `call` (a script call that answers the same however often it
+/// runs) until Redis answers it, with back-off, while its errors may pass,
+/// for at most [`RESOLVE_LIMIT`] (the purchase runs in a task of its own,
+/// past the request's deadline, see `routes.rs`). The last error when a
+/// permanent one comes or the time is up.
+async fn until_answered(
+    state: &AppState,
+    what: &str,
+    call: impl Fn() -> redis::ScriptInvocation<'static>,
+) -> redis::RedisResult<i64> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let mut conn = state.redis();
+        match call().invoke_async(&mut conn).await {
+            Ok(answer) => return Ok(answer),
+            Err(e) if permanent(&e) || started.elapsed() >= RESOLVE_LIMIT => return Err(e),
+            Err(e) => {
+                tracing::warn!("{what}: no answer ({e}); sending it again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
 /// The read-check-write every synchronous strategy runs under its own kind
 /// of exclusion (or none): read the counter, refuse at zero, then write it
 /// back minus one and record the buyer in one step ([`TAKE`]). The read
 /// and the write stay two round trips on purpose: between them is where
-/// the racy strategies oversell. `Ok(false)` means sold out.
+/// the racy strategies oversell. `Ok(None)` means sold out.
 async fn read_check_write(
     state: &AppState,
     voucher: &Voucher,
     stock_key: &str,
     user_id: i64,
-) -> Result<bool, AppError> {
+) -> Result<Option<Taken>, AppError> {
     let mut conn = state.redis();
     let stock: Option<i64> = redis::cmd("GET")
         .arg(stock_key)
@@ -178,137 +222,144 @@ async fn read_check_write(
         .await?;
     let stock = stock.ok_or_else(|| lost_state(voucher))?;
     if stock <= 0 {
-        return Ok(false);
+        return Ok(None);
     }
-    let attempt = uuid::Uuid::new_v4().to_string();
-    let taken: redis::RedisResult<i64> = TAKE
+    let taken = Taken {
+        stock_key: stock_key.to_owned(),
+        attempt: uuid::Uuid::new_v4().to_string(),
+    };
+    let answer: redis::RedisResult<i64> = TAKE
         .key(stock_key)
         .key(keys::buyers(voucher.id))
-        .key(keys::given_up_takes(voucher.id))
+        .key(keys::takes(voucher.id))
         .arg(stock - 1)
         .arg(user_id)
-        .arg(&attempt)
+        .arg(&taken.attempt)
         .invoke_async(&mut conn)
         .await;
-    match taken {
-        Ok(1) => Ok(true),
+    match answer {
+        Ok(1) => Ok(Some(taken)),
         Ok(0) => Err(lost_state(voucher)),
         Ok(other) => Err(AppError::Internal(format!("the take answered {other}"))),
-        Err(e) if reply_lost(&e) => settle(state, voucher, user_id, &attempt, e).await,
-        Err(e) => Err(e.into()),
+        // Refused by Redis as a command: nothing was written.
+        Err(e) if permanent(&e) => Err(e.into()),
+        Err(e) => {
+            if settle(state, voucher, user_id, &taken.attempt, &e).await? {
+                Ok(Some(taken))
+            } else {
+                Err(e.into())
+            }
+        }
     }
 }
 
-/// Learns whether a take whose reply was lost (`lost`) ran, with
-/// [`SETTLE`]: `Ok(true)` it did; `Err(lost)` it did not and never will;
-/// outcome unknown when Redis does not answer this either.
+/// Learns whether a take whose answer did not come (`failed`) ran, with
+/// [`SETTLE`]: `true` it did, `false` it did not and never will; outcome
+/// unknown when Redis does not answer this either (for
+/// [`RESOLVE_LIMIT`]).
 async fn settle(
     state: &AppState,
     voucher: &Voucher,
     user_id: i64,
     attempt: &str,
-    lost: redis::RedisError,
+    failed: &redis::RedisError,
 ) -> Result<bool, AppError> {
     tracing::warn!(
         voucher = voucher.id,
         user_id,
-        "the reply to taking an item was lost ({lost}); checking whether it was taken"
+        "taking an item got no answer ({failed}); checking whether it was taken"
     );
-    let mut conn = state.redis();
-    let settled: redis::RedisResult<i64> = SETTLE
-        .key(keys::buyers(voucher.id))
-        .key(keys::given_up_takes(voucher.id))
-        .arg(user_id)
-        .arg(attempt)
-        .arg(GIVEN_UP_KEPT.as_millis() as u64)
-        .invoke_async(&mut conn)
-        .await;
+    let takes = keys::takes(voucher.id);
+    let settled = until_answered(state, "checking a take", || {
+        let mut call = SETTLE.key(&takes);
+        call.arg(attempt);
+        call
+    })
+    .await;
+    let outcome = match settled {
+        Ok(1) => "taken",
+        Ok(_) => "given_up",
+        Err(_) => "unknown",
+    };
+    metrics::counter!("seckill_lost_take_replies_total", "outcome" => outcome).increment(1);
     match settled {
-        Ok(1) => {
-            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "taken").increment(1);
-            Ok(true)
-        }
-        Ok(_) => {
-            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "given_up")
-                .increment(1);
-            Err(lost.into())
-        }
+        Ok(answer) => Ok(answer == 1),
         Err(e) => {
-            metrics::counter!("seckill_lost_take_replies_total", "outcome" => "unknown")
-                .increment(1);
             tracing::error!(
                 voucher = voucher.id,
                 user_id,
-                "cannot tell whether an item was taken ({e}); the buyer may be recorded without an order"
+                attempt,
+                "cannot tell whether an item was taken ({e}); `seckill reconcile` compares Redis with the orders"
             );
             Err(AppError::OutcomeUnknown(voucher.id))
         }
     }
 }
 
-/// Puts an item back and forgets the buyer, only while the counter exists
-/// (a counter lost with Redis' data is not revived). The item goes back
-/// only with the buyer's entry, so running it twice gives back one item:
-/// a give-back whose reply was lost is sent again.
+/// Puts the item of a take back (see [`TAKE`]), once: only a take recorded
+/// as `taken` gives back, and is then recorded as `returned`, so a
+/// give-back sent again returns nothing more. The buyer is forgotten too,
+/// unless `ARGV[3]` is 0 (the buyer has an order from before). Nothing
+/// while the counter is gone (a counter lost with Redis' data is not
+/// revived).
 ///
-/// KEYS[1] stock counter, KEYS[2] buyers set; ARGV[1] user id
+/// KEYS[1] stock counter, KEYS[2] buyers set, KEYS[3] takes hash; ARGV[1]
+/// user id, ARGV[2] attempt id, ARGV[3] 1 to forget the buyer. Answers 1
+/// given back, 0 nothing to give back.
 static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
-         if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('INCR', KEYS[1]) end \
+         if redis.call('HGET', KEYS[3], ARGV[2]) ~= 'taken' then return 0 end \
+         redis.call('HSET', KEYS[3], ARGV[2], 'returned') \
+         redis.call('INCR', KEYS[1]) \
+         if ARGV[3] == '1' then redis.call('SREM', KEYS[2], ARGV[1]) end \
          return 1",
     )
 });
 
-/// How many times a give-back is sent while its replies are lost.
-const GIVE_BACK_SENDS: u32 = 3;
-
 /// Writes the order of a buyer the gate let through and answers for it.
 ///
 /// When the write fails or the user turns out to have an order already, the
-/// item goes back to `stock_key`. `guard` says how the database stock is
-/// decremented; when an enforcing guard refuses, the gate oversold: the
-/// buyer hears so (409 `oversold`) and the refusal is recorded.
+/// item goes back to the counter it was taken from. `guard` says how the
+/// database stock is decremented; when an enforcing guard refuses, the gate
+/// oversold: the buyer hears so (409 `oversold`) and the refusal is
+/// recorded.
 async fn write_now(
     state: &AppState,
     voucher: &Voucher,
     user_id: i64,
-    stock_key: &str,
+    taken: &Taken,
     guard: StockGuard,
 ) -> Result<Accepted, AppError> {
-    let give_back = || async {
-        let mut conn = state.redis();
-        for send in 1..=GIVE_BACK_SENDS {
-            let result: redis::RedisResult<i64> = GIVE_BACK
-                .key(stock_key)
-                .key(keys::buyers(voucher.id))
+    // Sent until Redis answers: a give-back returns its take's item once
+    // however often it runs (see GIVE_BACK).
+    let give_back = |forget_buyer: bool| async move {
+        let buyers = keys::buyers(voucher.id);
+        let takes = keys::takes(voucher.id);
+        let result = until_answered(state, "giving an item back", || {
+            let mut call = GIVE_BACK.key(&taken.stock_key);
+            call.key(&buyers)
+                .key(&takes)
                 .arg(user_id)
-                .invoke_async(&mut conn)
-                .await;
-            match result {
-                Ok(_) => return,
-                Err(e) if reply_lost(&e) && send < GIVE_BACK_SENDS => {
-                    tracing::warn!(
-                        voucher = voucher.id,
-                        user_id,
-                        "the reply to giving an item back was lost ({e}); sending it again"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(
-                        voucher = voucher.id,
-                        user_id,
-                        "cannot give an item back: {e}"
-                    );
-                    return;
-                }
-            }
+                .arg(&taken.attempt)
+                .arg(i32::from(forget_buyer));
+            call
+        })
+        .await;
+        if let Err(e) = result {
+            metrics::counter!("seckill_give_back_failures_total").increment(1);
+            tracing::error!(
+                voucher = voucher.id,
+                user_id,
+                attempt = %taken.attempt,
+                "cannot tell whether an item went back ({e}); `seckill reconcile` compares Redis with the orders"
+            );
         }
     };
     let (order, outcome) = match write_resolved(state, voucher.id, user_id, guard).await {
         Ok(written) => written,
         Err(Unwritten::Surely(e)) => {
-            give_back().await;
+            give_back(true).await;
             return Err(e);
         }
         // The item stays taken: the order may exist (see write_resolved).
@@ -322,18 +373,19 @@ async fn write_now(
                 pending: false,
             })
         }
+        // The buyer has an order from before: the entry stays.
         WriteOutcome::DuplicateUser => {
-            give_back().await;
+            give_back(false).await;
             Err(AppError::AlreadyBought)
         }
         WriteOutcome::IdTaken => {
-            give_back().await;
+            give_back(true).await;
             Err(AppError::Unavailable("no free order id".into()))
         }
         // Only the stream pipeline abandons orders; a synchronous write is
         // never abandoned, but if it were, nothing was written.
         WriteOutcome::Abandoned => {
-            give_back().await;
+            give_back(true).await;
             Err(AppError::Unavailable("the order was abandoned".into()))
         }
         WriteOutcome::StockExhausted => {
@@ -532,52 +584,76 @@ pub async fn stock_left(state: &AppState, voucher: &Voucher) -> Result<Option<i6
 mod tests {
     use super::*;
 
-    /// The contract between [`TAKE`] and [`SETTLE`], on a real server: a
-    /// settle finds a take that ran; it gives up an attempt that did not,
-    /// and that attempt, reaching Redis late, changes nothing.
+    /// The contract of [`TAKE`], [`SETTLE`] and [`GIVE_BACK`], on a real
+    /// server: each answers the same however often it runs, by attempt.
     #[cfg(feature = "demo")]
     #[test]
-    fn a_given_up_take_changes_nothing_when_it_comes_late() {
+    fn takes_settles_and_give_backs_count_once_per_attempt() {
         use redis::Commands;
         let server = locksmith_testkit::RedisServer::start().unwrap();
         let mut conn = redis::Client::open(server.url())
             .unwrap()
             .get_connection()
             .unwrap();
-        let (stock, buyers, given_up) = (keys::stock(1), keys::buyers(1), keys::given_up_takes(1));
+        let (stock, buyers, takes) = (keys::stock(1), keys::buyers(1), keys::takes(1));
         let () = conn.set(&stock, 5).unwrap();
-        let take = |conn: &mut redis::Connection, user: i64, attempt: &str| -> i64 {
+        let take = |conn: &mut redis::Connection, count: i64, user: i64, attempt: &str| -> i64 {
             TAKE.key(&stock)
                 .key(&buyers)
-                .key(&given_up)
-                .arg(4)
+                .key(&takes)
+                .arg(count)
                 .arg(user)
                 .arg(attempt)
                 .invoke(conn)
                 .unwrap()
         };
-        let settle = |conn: &mut redis::Connection, user: i64, attempt: &str| -> i64 {
-            SETTLE
-                .key(&buyers)
-                .key(&given_up)
-                .arg(user)
-                .arg(attempt)
-                .arg(GIVEN_UP_KEPT.as_millis() as u64)
-                .invoke(conn)
-                .unwrap()
+        let settle = |conn: &mut redis::Connection, attempt: &str| -> i64 {
+            SETTLE.key(&takes).arg(attempt).invoke(conn).unwrap()
         };
-        // Given up before it came: refused, nothing written.
-        assert_eq!(settle(&mut conn, 7, "late"), 0);
-        assert_eq!(take(&mut conn, 7, "late"), 2);
-        assert_eq!(conn.get::<_, i64>(&stock).unwrap(), 5);
-        assert!(!conn.sismember::<_, _, bool>(&buyers, 7).unwrap());
-        let ttl: i64 = conn.pttl(&given_up).unwrap();
-        assert!(ttl > 0, "the record of given-up attempts expires");
-        // Ran, then settled: taken.
-        assert_eq!(take(&mut conn, 7, "ran"), 1);
-        assert_eq!(settle(&mut conn, 7, "ran"), 1);
-        assert_eq!(conn.get::<_, i64>(&stock).unwrap(), 4);
-        assert!(conn.sismember::<_, _, bool>(&buyers, 7).unwrap());
+        let give_back =
+            |conn: &mut redis::Connection, user: i64, attempt: &str, forget: i32| -> i64 {
+                GIVE_BACK
+                    .key(&stock)
+                    .key(&buyers)
+                    .key(&takes)
+                    .arg(user)
+                    .arg(attempt)
+                    .arg(forget)
+                    .invoke(conn)
+                    .unwrap()
+            };
+        let left = |conn: &mut redis::Connection| conn.get::<_, i64>(&stock).unwrap();
+        let bought = |conn: &mut redis::Connection, user: i64| {
+            conn.sismember::<_, _, bool>(&buyers, user).unwrap()
+        };
+
+        // Given up before it came: it changes nothing when it does.
+        assert_eq!(settle(&mut conn, "late"), 0);
+        assert_eq!(take(&mut conn, 4, 7, "late"), 2);
+        assert_eq!(settle(&mut conn, "late"), 0, "settled the same again");
+        assert_eq!((left(&mut conn), bought(&mut conn, 7)), (5, false));
+        assert_eq!(
+            give_back(&mut conn, 7, "late", 1),
+            0,
+            "nothing to give back"
+        );
+        assert_eq!(left(&mut conn), 5);
+
+        // Ran: settled as taken; a resend of it writes nothing more.
+        assert_eq!(take(&mut conn, 4, 7, "ran"), 1);
+        assert_eq!(settle(&mut conn, "ran"), 1);
+        assert_eq!(take(&mut conn, 3, 7, "ran"), 1, "a resend");
+        assert_eq!((left(&mut conn), bought(&mut conn, 7)), (4, true));
+
+        // Given back once, however often sent.
+        assert_eq!(give_back(&mut conn, 7, "ran", 1), 1);
+        assert_eq!(give_back(&mut conn, 7, "ran", 1), 0);
+        assert_eq!((left(&mut conn), bought(&mut conn, 7)), (5, false));
+
+        // A buyer with an order from before keeps the entry.
+        assert_eq!(take(&mut conn, 4, 8, "dup"), 1);
+        assert_eq!(give_back(&mut conn, 8, "dup", 0), 1);
+        assert_eq!((left(&mut conn), bought(&mut conn, 8)), (5, true));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use super::guarded::{acquire, per_user, release};
-use super::{check_window, read_check_write, Accepted};
+use super::{check_window, read_check_write, Accepted, Taken};
 use crate::db::Voucher;
 use crate::error::AppError;
 use crate::keys;
@@ -25,13 +25,13 @@ pub(super) async fn purchase(
 }
 
 /// Takes one item from the first non-empty segment, starting at the user's
-/// own; the segment key it came from, or `None` when all are empty.
+/// own; the take, or `None` when all are empty.
 fn take_item<'a>(
     state: &'a AppState,
     voucher: &'a Voucher,
     user_id: i64,
     deadline: Instant,
-) -> Pin<Box<dyn Future<Output = Result<Option<String>, AppError>> + Send + 'a>> {
+) -> Pin<Box<dyn Future<Output = Result<Option<Taken>, AppError>> + Send + 'a>> {
     Box::pin(async move {
         let n = voucher.segments.max(1);
         let start = user_id.rem_euclid(n);
@@ -62,8 +62,8 @@ fn take_item<'a>(
             .await?;
             let taken = read_check_write(state, voucher, &stock_key, user_id).await;
             release(guard).await;
-            if taken? {
-                return Ok(Some(stock_key));
+            if let Some(taken) = taken? {
+                return Ok(Some(taken));
             }
         }
         Ok(None)

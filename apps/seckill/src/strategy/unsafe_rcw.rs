@@ -18,9 +18,9 @@ pub(super) async fn purchase(
         return Err(AppError::AlreadyBought);
     }
     let stock_key = keys::stock(voucher.id);
-    if !read_check_write(state, voucher, &stock_key, user_id).await? {
+    let Some(taken) = read_check_write(state, voucher, &stock_key, user_id).await? else {
         return Err(AppError::SoldOut);
-    }
+    };
     // The racy stage writes what its gate let through, unguarded.
-    write_now(state, voucher, user_id, &stock_key, StockGuard::Unguarded).await
+    write_now(state, voucher, user_id, &taken, StockGuard::Unguarded).await
 }

@@ -708,6 +708,20 @@ async fn accounts(h: &Harness, voucher: i64) -> (i64, i64, i64) {
     )
 }
 
+/// The bytes that mark user 2's take of an item (the stock counter then
+/// the buyers set, as its first keys): in `segmented` from its own
+/// segment, 2 of the harness's 4. Nothing else user 2's purchase sends
+/// names both (the buyer check names no counter; no give-back comes
+/// first).
+fn take_of_user_2(strategy: Strategy, voucher: i64) -> Vec<u8> {
+    let stock = match strategy {
+        Strategy::Segmented => keys::segment_stock(voucher, 2),
+        _ => keys::stock(voucher),
+    };
+    let buyers = keys::buyers(voucher);
+    format!("{stock}\r\n${}\r\n{buyers}\r\n", buyers.len()).into_bytes()
+}
+
 /// `lock` and `segmented` take an item with one script (stock and buyer
 /// in one step). When its reply is lost after Redis ran it (here the
 /// connection breaks right after; in a CI run the reply came after the
@@ -718,8 +732,7 @@ async fn accounts(h: &Harness, voucher: i64) -> (i64, i64, i64) {
 async fn a_take_that_ran_while_its_reply_was_lost_still_sells_the_item() {
     for strategy in [Strategy::Lock, Strategy::Segmented] {
         let (h, proxy, voucher) = behind_redis_proxy(strategy).await;
-        // Only the take (and the check after a lost take) name this key.
-        proxy.cut_reply_after(keys::given_up_takes(voucher).as_bytes());
+        proxy.cut_reply_after(&take_of_user_2(strategy, voucher));
         let (status, body) = h.buy(0, voucher, 2).await;
         assert_eq!(proxy.cuts(), 1, "{strategy:?}: the take's reply was cut");
         assert_eq!(status, 201, "{strategy:?}: {body}");
@@ -752,7 +765,7 @@ async fn a_take_that_did_not_run_while_its_reply_was_lost_takes_nothing() {
             .get_connection()
             .unwrap();
         let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
-        proxy.cut_reply_after(keys::given_up_takes(voucher).as_bytes());
+        proxy.cut_reply_after(&take_of_user_2(strategy, voucher));
         let (status, body) = h.buy(0, voucher, 2).await;
         assert_eq!(proxy.cuts(), 1, "{strategy:?}: the take's reply was cut");
         assert_eq!(status, 503, "{strategy:?}: {body}");
@@ -761,10 +774,11 @@ async fn a_take_that_did_not_run_while_its_reply_was_lost_takes_nothing() {
             (4, 4, 1),
             "{strategy:?}: nothing taken"
         );
-        let given_up: i64 = conn.scard(keys::given_up_takes(voucher)).unwrap();
+        let records: Vec<String> = conn.hvals(keys::takes(voucher)).unwrap();
         assert_eq!(
-            given_up, 1,
-            "{strategy:?}: the attempt is recorded as given up"
+            records.iter().filter(|r| *r == "given-up").count(),
+            1,
+            "{strategy:?}: the attempt is recorded as given up: {records:?}"
         );
         let (status, body) = h.buy(0, voucher, 2).await;
         assert_eq!(status, 201, "{strategy:?}: the retry buys: {body}");
@@ -797,9 +811,7 @@ async fn give_back_with_its_reply_lost(ran: bool) {
     assert_eq!(status, 201, "{body}");
     // With the database locked, order writes fail for sure and the item
     // goes back. User 3's purchase loads the give-back script, so the cut
-    // one below runs, unless the scripts are flushed. The give-back names
-    // the stock and the buyers with the user id right after them (the
-    // take names the given-up attempts there, the buyer check no stock).
+    // one below runs, unless the scripts are flushed.
     let lock = WriteLock::take(&h.database_url).await;
     let (status, body) = h.buy(0, voucher, 3).await;
     assert_eq!(status, 503, "{body}");
@@ -810,8 +822,10 @@ async fn give_back_with_its_reply_lost(ran: bool) {
             .unwrap();
         let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
     }
-    let (stock, buyers) = (keys::stock(voucher), keys::buyers(voucher));
-    let give_back = format!("{stock}\r\n${}\r\n{buyers}\r\n$1\r\n2\r\n", buyers.len());
+    // The give-back names the takes hash with the user id right after it
+    // (user 2's take has the new count, 3, there; the check after a lost
+    // take the attempt id).
+    let give_back = format!("{}\r\n$1\r\n2\r\n", keys::takes(voucher));
     proxy.cut_reply_after(give_back.as_bytes());
     let (status, body) = h.buy(0, voucher, 2).await;
     lock.release().await;
