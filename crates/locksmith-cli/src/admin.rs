@@ -144,30 +144,14 @@ async fn detect(client: &Client, name: &str) -> Result<Option<Kind>, CliError> {
     // The key the library uses for the name (under --key-prefix).
     let name = &key_of(client, name);
     let failed = |e: redis::RedisError| CliError::Other(format!("inspecting {name:?}: {e}"));
-    let kind: String = redis::cmd("TYPE")
-        .arg(name)
-        .query_async(&mut conn)
-        .await
-        .map_err(failed)?;
-    match kind.as_str() {
+    let layout = inspect(&mut conn, name).await.map_err(failed)?;
+    match layout.kind.as_str() {
         "none" => Ok(Some(Kind::Lock)),
-        "hash" => {
-            let mode: bool = redis::cmd("HEXISTS")
-                .arg(name)
-                .arg("mode")
-                .query_async(&mut conn)
-                .await
-                .map_err(failed)?;
-            Ok(Some(if mode { Kind::ReadWrite } else { Kind::Lock }))
-        }
+        "hash" if layout.read_write => Ok(Some(Kind::ReadWrite)),
+        "hash" => Ok(Some(Kind::Lock)),
         "string" => {
-            let permits = if name.contains('{') {
-                format!("{name}:timeout")
-            } else {
-                format!("{{{name}}}:timeout")
-            };
             let leased: bool = redis::cmd("EXISTS")
-                .arg(&permits)
+                .arg(crate::list::suffixed(name, "timeout"))
                 .query_async(&mut conn)
                 .await
                 .map_err(failed)?;
@@ -177,6 +161,27 @@ async fn detect(client: &Client, name: &str) -> Result<Option<Kind>, CliError> {
             "{name:?} is a {other}, which is not a locksmith or Redisson object status knows"
         ))),
     }
+}
+
+/// What the key of a name shows: its type (`TYPE`), and for a hash
+/// whether it has a read-write lock's `mode` field. `status` and
+/// `unlock` read it alike and map its errors each their own way.
+struct Layout {
+    /// The key's type, as `TYPE` names it (`none` when it is absent).
+    kind: String,
+    /// A hash with a `mode` field: a read-write lock.
+    read_write: bool,
+}
+
+async fn inspect(conn: &mut locksmith::Connection, key: &str) -> redis::RedisResult<Layout> {
+    let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await?;
+    let read_write = kind == "hash"
+        && redis::cmd("HEXISTS")
+            .arg(key)
+            .arg("mode")
+            .query_async::<bool>(conn)
+            .await?;
+    Ok(Layout { kind, read_write })
 }
 
 /// The key `name` has for `client`: the name under the client's key
@@ -209,18 +214,10 @@ pub(crate) async fn unlock(
     let mut redis = client.connection();
     let key = key_of(&client, name);
     let failed = |e: redis::RedisError| CliError::Lock(e.into());
-    let layout: String = redis::cmd("TYPE")
-        .arg(&key)
-        .query_async(&mut redis)
-        .await
-        .map_err(failed)?;
-    let read_write = layout == "hash"
-        && redis::cmd("HEXISTS")
-            .arg(&key)
-            .arg("mode")
-            .query_async::<bool>(&mut redis)
-            .await
-            .map_err(failed)?;
+    let Layout {
+        kind: layout,
+        read_write,
+    } = inspect(&mut redis, &key).await.map_err(failed)?;
     // A fair lock keeps its queue beside the hash; its force unlock wakes
     // the head of the queue, which listens on a channel of its own.
     let fair = layout == "hash"

@@ -84,7 +84,7 @@ fn is_owner(field: &str) -> bool {
 
 /// A name's companion key: `{NAME}:suffix`, or `NAME:suffix` when the name
 /// has a hash tag already.
-fn suffixed(name: &str, suffix: &str) -> String {
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     if name.contains('{') {
         format!("{name}:{suffix}")
     } else {
