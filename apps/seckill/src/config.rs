@@ -187,8 +187,9 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Pool wait and statement bounds of the database.
     pub db: crate::db::DbOptions,
-    /// Once a finished sale's stream is drained, its Redis keys (stock,
-    /// buyers, window, stream) expire after this long. The dead-letter
+    /// Once a finished sale's stream is drained, its Redis keys (stock and
+    /// segments, buyers, window, stream, pending orders, takes) expire
+    /// after this long. The dead-letter
     /// stream never expires: an operator replays or clears it.
     pub finished_ttl: Duration,
     /// `/healthz` reports degraded when the oldest unwritten order has

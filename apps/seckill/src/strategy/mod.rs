@@ -112,6 +112,11 @@ pub(crate) struct Taken {
     pub(crate) stock_key: String,
     /// The id the take was recorded under in the voucher's takes hash.
     pub(crate) attempt: String,
+    /// Why the take got no answer, when it did not: then whether it ran is
+    /// settled ([`SETTLE`]) by [`write_now`], after the caller let go of
+    /// its stock lock or mutex (settling may wait for Redis for minutes,
+    /// and needs no exclusion).
+    pub(crate) unanswered: Option<String>,
 }
 
 /// Takes one item and records its buyer in one step: either both happen or
@@ -208,7 +213,8 @@ async fn until_answered(
 /// of exclusion (or none): read the counter, refuse at zero, then write it
 /// back minus one and record the buyer in one step ([`TAKE`]). The read
 /// and the write stay two round trips on purpose: between them is where
-/// the racy strategies oversell. `Ok(None)` means sold out.
+/// the racy strategies oversell. `Ok(None)` means sold out; a take that
+/// got no answer comes back marked [`Taken::unanswered`].
 async fn read_check_write(
     state: &AppState,
     voucher: &Voucher,
@@ -224,9 +230,10 @@ async fn read_check_write(
     if stock <= 0 {
         return Ok(None);
     }
-    let taken = Taken {
+    let mut taken = Taken {
         stock_key: stock_key.to_owned(),
         attempt: uuid::Uuid::new_v4().to_string(),
+        unanswered: None,
     };
     let answer: redis::RedisResult<i64> = TAKE
         .key(stock_key)
@@ -244,11 +251,8 @@ async fn read_check_write(
         // Refused by Redis as a command: nothing was written.
         Err(e) if permanent(&e) => Err(e.into()),
         Err(e) => {
-            if settle(state, voucher, user_id, &taken.attempt, &e).await? {
-                Ok(Some(taken))
-            } else {
-                Err(e.into())
-            }
+            taken.unanswered = Some(e.to_string());
+            Ok(Some(taken))
         }
     }
 }
@@ -262,11 +266,12 @@ async fn settle(
     voucher: &Voucher,
     user_id: i64,
     attempt: &str,
-    failed: &redis::RedisError,
+    failed: &str,
 ) -> Result<bool, AppError> {
     tracing::warn!(
         voucher = voucher.id,
         user_id,
+        attempt,
         "taking an item got no answer ({failed}); checking whether it was taken"
     );
     let takes = keys::takes(voucher.id);
@@ -310,8 +315,8 @@ static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
     redis::Script::new(
         "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
          if redis.call('HGET', KEYS[3], ARGV[2]) ~= 'taken' then return 0 end \
-         redis.call('HSET', KEYS[3], ARGV[2], 'returned') \
          redis.call('INCR', KEYS[1]) \
+         redis.call('HSET', KEYS[3], ARGV[2], 'returned') \
          if ARGV[3] == '1' then redis.call('SREM', KEYS[2], ARGV[1]) end \
          return 1",
     )
@@ -323,7 +328,8 @@ static GIVE_BACK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
 /// item goes back to the counter it was taken from. `guard` says how the
 /// database stock is decremented; when an enforcing guard refuses, the gate
 /// oversold: the buyer hears so (409 `oversold`) and the refusal is
-/// recorded.
+/// recorded. A take that got no answer is settled first: the order is
+/// written only if it ran, and a take that did not is answered 503.
 async fn write_now(
     state: &AppState,
     voucher: &Voucher,
@@ -331,6 +337,13 @@ async fn write_now(
     taken: &Taken,
     guard: StockGuard,
 ) -> Result<Accepted, AppError> {
+    if let Some(failed) = &taken.unanswered {
+        if !settle(state, voucher, user_id, &taken.attempt, failed).await? {
+            return Err(AppError::Unavailable(format!(
+                "taking an item got no answer ({failed}); nothing was taken"
+            )));
+        }
+    }
     // Sent until Redis answers: a give-back returns its take's item once
     // however often it runs (see GIVE_BACK).
     let give_back = |forget_buyer: bool| async move {

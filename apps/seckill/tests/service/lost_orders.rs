@@ -789,8 +789,8 @@ async fn a_take_that_did_not_run_while_its_reply_was_lost_takes_nothing() {
 /// An item given back after a failed order write goes back once when the
 /// give-back's reply is lost: whether Redis ran it (the connection broke
 /// right after) or not (it answered NOSCRIPT, and that reply was cut), the
-/// give-back is sent again, and a second run finds the buyer gone and adds
-/// nothing. Before, a lost give-back was only logged: had it not run, the
+/// give-back is sent again, and a second run finds the take's record
+/// `returned` and adds nothing. Before, a lost give-back was only logged: had it not run, the
 /// buyer stayed recorded with no order and every retry was refused as a
 /// duplicate; sent again as it was, it gave back two items.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
