@@ -63,15 +63,18 @@ async fn a_half_open_pubsub_connection_is_replaced_and_waiters_still_wake() {
     // Once the new connection subscribed (the server still counts the
     // half-open one too), release: the waiter is woken by the message,
     // long before the 30 s lease would end.
+    // At least two: on a loaded machine the health check (1 s pings) may
+    // replace the new connection once more before this looks, and the
+    // count settles later than 10 s now and then.
     let mut admin = server.connection().unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(20), || {
             let (_, n): (String, u64) = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg("redisson_lock__channel:{half-open}")
                 .query(&mut admin)
                 .unwrap();
-            std::future::ready(n == 2)
+            std::future::ready(n >= 2)
         })
         .await,
         "the new connection subscribed"
